@@ -1,0 +1,59 @@
+"""defilens: the DeFi Lens partner API as polars DataFrames, with a Rust core.
+
+>>> import defilens
+>>> with defilens.testing.Sandbox() as sandbox:
+...     frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"])
+>>> frames.snapshot.height
+2
+"""
+
+from . import testing
+from ._client import AsyncClient, Client
+from ._core import __version__
+from ._exceptions import (
+    APIError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    ConnectionError,
+    DecodeError,
+    DefiLensError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    RequestFailedError,
+    ServerError,
+    TimeoutError,
+    TransportError,
+)
+from ._frames import INTERVAL, Frames, concat, read, scan
+from ._parsing import parse_markets, parse_token, parse_tokens
+
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "Frames",
+    "INTERVAL",
+    "parse_token",
+    "parse_tokens",
+    "parse_markets",
+    "concat",
+    "read",
+    "scan",
+    "testing",
+    "DefiLensError",
+    "APIError",
+    "BadRequestError",
+    "AuthenticationError",
+    "RequestFailedError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "RateLimitError",
+    "ServerError",
+    "TransportError",
+    "TimeoutError",
+    "ConnectionError",
+    "DecodeError",
+    "__version__",
+]

@@ -1,0 +1,228 @@
+"""The ``defilens`` command: fetch, collect, sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+import polars as pl
+
+from ._client import API_KEY_ENV, Client
+from ._collect import collect, parse_every
+from ._core import Sandbox
+from ._exceptions import DefiLensError
+from ._frames import Frames
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="defilens",
+        description="DeFi Lens market data and technical indicators as polars DataFrames.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def connection_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--sandbox", action="store_true", help="run against a built-in local fake of the service (no key, no network)")
+        p.add_argument("--api-key", help=f"API key (default: ${API_KEY_ENV}); never printed")
+        p.add_argument("--base-url", help="service URL (default: $DEFILENS_BASE_URL or https://api.defilens.ai)")
+        p.add_argument("--timeout", type=float, default=30.0, help="seconds per request attempt (default 30)")
+        p.add_argument("--max-retries", type=int, default=3, help="retries per request (default 3)")
+        p.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+        p.add_argument("--rate-limit", type=float, help="max requests per second")
+        p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+    fetch = sub.add_parser("fetch", help="fetch tokens and write their frames", description="Fetch tokens, print a summary and write the frames.")
+    fetch.add_argument("tokens", nargs="+", metavar="TOKEN", help="token ids, e.g. bitcoin ethereum")
+    fetch.add_argument("--markets", action="store_true", help="also fetch each token's exchange markets")
+    fetch.add_argument("--out", help="folder to write the frames to (one file per frame)")
+    fetch.add_argument("--format", choices=["parquet", "csv", "ndjson"], default="parquet", help="file format for --out (default parquet)")
+    connection_options(fetch)
+
+    coll = sub.add_parser("collect", help="poll tokens on a schedule into a Parquet history", description="Poll tokens every --every and append each round to a Hive-partitioned Parquet history that defilens.scan(DIR, frame) reads.")
+    coll.add_argument("tokens", nargs="+", metavar="TOKEN")
+    coll.add_argument("--every", required=True, help="interval between rounds: 30s, 5m, 1h")
+    coll.add_argument("--count", type=int, help="stop after N rounds (default: until Ctrl-C)")
+    coll.add_argument("--out", required=True, help="history folder")
+    coll.add_argument("--no-markets", action="store_true", help="skip the markets endpoint")
+    connection_options(coll)
+
+    sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C.")
+    sb.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    sb.add_argument("--seed", type=int, default=0)
+    sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
+    sb.add_argument("--api-key", help="require this x-partner-key")
+    for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
+        sb.add_argument(f"--{fault}", type=float, default=0.0)
+    return parser
+
+
+@contextlib.contextmanager
+def _client(args: argparse.Namespace) -> Iterator[Client]:
+    settings = dict(
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        concurrency=args.concurrency,
+        rate_limit=args.rate_limit,
+    )
+    if args.sandbox:
+        with Sandbox() as sandbox:
+            yield Client(base_url=sandbox.url, api_key="sandbox", **settings)
+    else:
+        api_key = args.api_key or os.environ.get(API_KEY_ENV)
+        yield Client(api_key=api_key, base_url=args.base_url, **settings)
+
+
+def _format_number(value: object, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def summary(frames: Frames, elapsed: float) -> str:
+    """A compact, readable summary of a fetch."""
+    log = frames.log
+    lines = []
+    requested = log.get_column("token").n_unique() if log.height else 0
+    failures = frames.errors
+    lines.append(
+        f"fetched {frames.snapshot.height} of {requested} tokens "
+        f"({log.height} requests, {failures.height} failed) in {elapsed:.2f}s"
+    )
+    if frames.snapshot.height:
+        rsi = (
+            frames.indicators.filter(pl.col("indicator") == "rsi14")
+            .with_columns(pl.col("interval").cast(pl.String))
+            .pivot(on="interval", index="token", values="value")
+        )
+        macd = frames.signals.filter((pl.col("indicator") == "macd") & (pl.col("interval") == "24h")).select(
+            "token", pl.col("value").alias("macd_24h")
+        )
+        pattern_counts = frames.patterns.group_by("token").agg(pl.len().alias("patterns"))
+        market_counts = frames.markets.group_by("token").agg(pl.len().alias("markets"))
+        table = (
+            frames.snapshot.select("token", "symbol", "current_price", "price_change_percentage_24h", "market_cap_rank")
+            .join(rsi.select("token", *[c for c in ("1h", "24h") if c in rsi.columns]), on="token", how="left")
+            .join(macd, on="token", how="left")
+            .join(pattern_counts, on="token", how="left")
+            .join(market_counts, on="token", how="left")
+        )
+        headers = ["token", "symbol", "price", "24h %", "rank", "rsi14 1h", "rsi14 24h", "macd 24h", "patterns", "markets"]
+        rows = []
+        for row in table.iter_rows(named=True):
+            rows.append([
+                str(row["token"]),
+                str(row["symbol"] or "-"),
+                _format_number(row["current_price"]),
+                _format_number(row["price_change_percentage_24h"]),
+                _format_number(row["market_cap_rank"]),
+                _format_number(row.get("1h"), 1),
+                _format_number(row.get("24h"), 1),
+                str(row["macd_24h"] or "-"),
+                _format_number(row["patterns"] or 0),
+                _format_number(row["markets"]) if frames.markets.height else "-",
+            ])
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+        for r in rows:
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    if failures.height:
+        by_kind = failures.group_by("kind").agg(pl.len().alias("n")).sort("kind")
+        kinds = ", ".join(f"{k} {n}" for k, n in by_kind.iter_rows())
+        lines.append(f"failures by kind: {kinds}")
+        for row in failures.head(5).iter_rows(named=True):
+            lines.append(f"  {row['token']} ({row['endpoint']}): {row['message']}")
+    warnings = log.filter(pl.col("ok") & pl.col("message").str.starts_with("warning"))
+    for row in warnings.head(3).iter_rows(named=True):
+        lines.append(f"note: {row['token']} markets: {row['message']}")
+    return "\n".join(lines)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    with _client(args) as client:
+        frames = client.fetch(args.tokens, markets=args.markets, progress=False if args.no_progress else None)
+    print(summary(frames, time.monotonic() - started))
+    if args.out:
+        folder = frames.write(args.out, format=args.format)
+        print(f"wrote {len(FRAME_FILES)} frames to {folder}/ ({args.format})")
+    return EXIT_FAILURE if frames.snapshot.height == 0 else 0
+
+
+FRAME_FILES = ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log", "errors")
+
+
+def _collect(args: argparse.Namespace) -> int:
+    parse_every(args.every)  # fail on a bad interval before starting a Sandbox
+    rounds_done = 0
+
+    def report(round_number: int, frames: Frames) -> None:
+        nonlocal rounds_done
+        rounds_done = round_number
+        print(
+            f"round {round_number}: {frames.snapshot.height} tokens, {frames.errors.height} failed requests",
+            flush=True,
+        )
+
+    with _client(args) as client:
+        try:
+            collect(client, args.tokens, args.every, count=args.count, out=args.out,
+                    markets=not args.no_markets, on_round=report, progress=False)
+        except KeyboardInterrupt:
+            print(f"stopped after {rounds_done} rounds; history in {args.out}/", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    print(f"wrote {rounds_done} rounds to {Path(args.out)}/ (read with defilens.scan({str(args.out)!r}, 'indicators'))")
+    return 0
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    with Sandbox(
+        port=args.port,
+        seed=args.seed,
+        latency=args.latency,
+        api_key=args.api_key,
+        error_rate=args.error_rate,
+        rate_limit_rate=args.rate_limit_rate,
+        drop_rate=args.drop_rate,
+        truncate_rate=args.truncate_rate,
+        invalid_json_rate=args.invalid_json_rate,
+    ) as sandbox:
+        print(f"serving the DeFi Lens sandbox at {sandbox.url} (Ctrl-C to stop)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print(f"stopped after {sandbox.requests} requests", file=sys.stderr)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"fetch": _fetch, "collect": _collect, "sandbox": _sandbox}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (DefiLensError, ValueError, TypeError, OSError) as error:
+        print(f"defilens: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+__all__: List[str] = ["main", "summary"]

@@ -1,0 +1,307 @@
+"""`Client` and `AsyncClient`. Settings are resolved here; the work happens in Rust."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import os
+import warnings
+from typing import Any, Iterable, Optional, Tuple, Union
+from urllib.parse import urlsplit
+
+import polars as pl
+
+from . import _core
+from ._exceptions import DefiLensError
+from ._frames import Frames, _from_core
+from ._progress import progress_callback
+
+__all__ = ["Client", "AsyncClient", "DEFAULT_BASE_URL"]
+
+DEFAULT_BASE_URL: str = _core.DEFAULT_BASE_URL
+API_KEY_ENV = "DEFILENS_API_KEY"
+BASE_URL_ENV = "DEFILENS_BASE_URL"
+
+TokenIds = Union[str, Iterable[str]]
+
+
+def _is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _token_list(token_ids: TokenIds) -> "list[str]":
+    if isinstance(token_ids, str):
+        token_ids = [token_ids]
+    elif isinstance(token_ids, (bytes, bytearray)):
+        raise TypeError("token ids must be str, got bytes")
+    try:
+        ids = list(token_ids)
+    except TypeError:
+        raise TypeError(
+            f"token_ids must be a str or an iterable of str, got {type(token_ids).__name__}"
+        ) from None
+    for token_id in ids:
+        _check_token_type(token_id)
+    return ids
+
+
+def _check_token_type(token_id: object) -> None:
+    if not isinstance(token_id, str):
+        raise TypeError(f"token ids must be str, got {type(token_id).__name__}: {token_id!r}")
+
+
+class _BaseClient:
+    """What `Client` and `AsyncClient` share: settings, repr, lifetime."""
+
+    def __init__(
+        self,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        concurrency: int = 16,
+        rate_limit: Optional[float] = None,
+        cache_ttl: Optional[float] = None,
+        proxy: Optional[str] = None,
+        max_response_bytes: int = _core.DEFAULT_MAX_RESPONSE_BYTES,
+        backoff: Tuple[float, float] = (0.5, 8.0),
+    ) -> None:
+        base_url = base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        if not api_key and not _is_loopback(base_url):
+            raise DefiLensError(
+                f"no API key: pass api_key=... or set the {API_KEY_ENV} environment variable"
+            )
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be a non-negative int, got {max_retries!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
+        if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
+            warnings.warn(
+                f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self._engine = _core.Engine(
+            base_url=base_url,
+            api_key=api_key or None,
+            timeout=float(timeout),
+            max_retries=max_retries,
+            concurrency=concurrency,
+            rate_limit=None if rate_limit is None else float(rate_limit),
+            cache_ttl=None if cache_ttl is None else float(cache_ttl),
+            proxy=proxy,
+            max_response_bytes=int(max_response_bytes),
+            backoff=(float(backoff[0]), float(backoff[1])),
+        )
+        self._settings = {
+            "base_url": base_url,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "concurrency": concurrency,
+            "rate_limit": rate_limit,
+            "cache_ttl": cache_ttl,
+        }
+        self._has_key = bool(api_key)
+        self._closed = False
+
+    @property
+    def base_url(self) -> str:
+        return self._settings["base_url"]
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
+        key = "set" if self._has_key else "not set"
+        return f"{type(self).__name__}({settings}, api_key={key})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DefiLensError(f"this {type(self).__name__} is closed; create a new one")
+
+    def close(self) -> None:
+        """Releases the client. Connections are pooled process-wide and closed when idle."""
+        if not self._closed:
+            self._engine.clear_cache()
+            self._closed = True
+
+    def clear_cache(self) -> None:
+        """Forgets every cached response (see ``cache_ttl``)."""
+        self._engine.clear_cache()
+
+    def _start(self, ids: "list[str]", *, listing: bool, markets: bool) -> Any:
+        self._check_open()
+        return self._engine.start(ids, listing=listing, markets=markets)
+
+
+def _raise_first_error(result: "dict[str, Any]") -> None:
+    errors = result.get("_errors") or []
+    if errors:
+        raise errors[0]
+
+
+class Client(_BaseClient):
+    """A blocking client for the DeFi Lens partner API.
+
+    Args:
+        api_key: sent as ``x-partner-key``; default the ``DEFILENS_API_KEY`` variable.
+        base_url: default ``DEFILENS_BASE_URL``, else ``https://api.defilens.ai``.
+        timeout: seconds per request attempt, from connecting to the last body byte.
+        max_retries: retries of one request after the first attempt (429, 5xx, timeouts and
+            connection failures, with capped exponential backoff and jitter).
+        concurrency: requests in flight at once in batch calls.
+        rate_limit: at most this many requests per second across the client.
+        cache_ttl: seconds to reuse an identical successful response (``None``: off).
+        proxy: proxy URL; default the standard ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``.
+        max_response_bytes: a larger response body is refused while it is read.
+        backoff: (first, maximum) retry delay in seconds.
+
+    >>> with defilens.Client(api_key="...") as client:  # doctest: +SKIP
+    ...     frames = client.fetch(["bitcoin", "ethereum"])
+    """
+
+    def token(self, token_id: str, *, markets: bool = True) -> Frames:
+        """Fetches one token (listing and, by default, markets) and raises on any failure."""
+        _check_token_type(token_id)
+        result = self._start([token_id], listing=True, markets=markets).wait()
+        _raise_first_error(result)
+        return _from_core(result)
+
+    def markets(self, token_id: str) -> pl.DataFrame:
+        """Fetches one token's exchange markets; raises on failure."""
+        _check_token_type(token_id)
+        result = self._start([token_id], listing=False, markets=True).wait()
+        _raise_first_error(result)
+        return result["markets"]
+
+    def fetch(
+        self,
+        token_ids: TokenIds,
+        *,
+        markets: bool = True,
+        progress: Optional[bool] = None,
+    ) -> Frames:
+        """Fetches many tokens concurrently. Never raises for one token's failure: each token
+        is in ``snapshot`` or in ``errors``, and every exchange is in ``log``.
+
+        Args:
+            token_ids: ids (duplicates are fetched once).
+            markets: also fetch each token's markets.
+            progress: ``None`` shows a bar for large batches on a terminal or in a notebook.
+
+        Ctrl-C stops the batch within a fraction of a second; the client stays usable.
+        """
+        ids = _token_list(token_ids)
+        job = self._start(ids, listing=True, markets=markets)
+        with progress_callback(progress, len(ids) * (2 if markets else 1)) as callback:
+            result = job.wait(callback)
+        return _from_core(result)
+
+    def collect(
+        self,
+        token_ids: TokenIds,
+        every: Union[str, float, "datetime.timedelta"],
+        *,
+        count: Optional[int] = None,
+        out: Union[str, "os.PathLike[str]"],
+        markets: bool = True,
+        progress: Optional[bool] = False,
+    ) -> int:
+        """Fetches ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) and appends each
+        round to a Hive-partitioned Parquet history at ``out`` (read it with `defilens.scan`).
+
+        Keeps to the schedule without drift, writes each file atomically, stops after ``count``
+        rounds (``None``: until Ctrl-C). Returns the number of rounds written.
+        """
+        from ._collect import collect
+
+        return collect(self, _token_list(token_ids), every, count=count, out=out, markets=markets, progress=progress)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncClient(_BaseClient):
+    """The asyncio twin of `Client`: same constructor, methods are coroutines.
+
+    Works from ``asyncio.run`` and from a running Jupyter event loop (``await`` in a cell).
+    Cancelling the awaiting task cancels the requests in flight.
+    """
+
+    async def _run(self, ids: "list[str]", *, listing: bool, markets: bool, progress: Optional[bool] = False) -> "dict[str, Any]":
+        job = self._start(ids, listing=listing, markets=markets)
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+
+        def wake() -> None:
+            if not finished.done():
+                finished.set_result(None)
+
+        def on_done() -> None:
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:  # the loop closed while the batch ran
+                pass
+
+        job.add_done_callback(on_done)
+        try:
+            with progress_callback(progress, len(ids) * (int(listing) + int(markets))) as callback:
+                while not finished.done():
+                    await asyncio.wait({finished}, timeout=0.1 if callback else None)
+                    if callback is not None:
+                        callback(*job.progress())
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        return job.result()
+
+    async def token(self, token_id: str, *, markets: bool = True) -> Frames:
+        """Fetches one token (listing and, by default, markets) and raises on any failure."""
+        _check_token_type(token_id)
+        result = await self._run([token_id], listing=True, markets=markets)
+        _raise_first_error(result)
+        return _from_core(result)
+
+    async def markets(self, token_id: str) -> pl.DataFrame:
+        """Fetches one token's exchange markets; raises on failure."""
+        _check_token_type(token_id)
+        result = await self._run([token_id], listing=False, markets=True)
+        _raise_first_error(result)
+        return result["markets"]
+
+    async def fetch(
+        self,
+        token_ids: TokenIds,
+        *,
+        markets: bool = True,
+        progress: Optional[bool] = None,
+    ) -> Frames:
+        """Fetches many tokens concurrently; see `Client.fetch`."""
+        ids = _token_list(token_ids)
+        result = await self._run(ids, listing=True, markets=markets, progress=progress)
+        return _from_core(result)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __enter__(self) -> "AsyncClient":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

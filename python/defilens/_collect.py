@@ -1,0 +1,93 @@
+"""Polling on a schedule into a Hive-partitioned Parquet history."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Union
+
+from ._frames import FRAME_NAMES, Frames, PathLike, _write_atomically
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+__all__ = ["parse_every", "collect"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_every(every: Union[str, float, int, dt.timedelta]) -> float:
+    """``"5m"``, ``"30s"``, ``"1h"``, ``"250ms"``, a number of seconds or a timedelta -> seconds."""
+    if isinstance(every, dt.timedelta):
+        seconds = every.total_seconds()
+    elif isinstance(every, (int, float)) and not isinstance(every, bool):
+        seconds = float(every)
+    elif isinstance(every, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", every)
+        if not match:
+            raise ValueError(f"every must look like 30s, 5m, 1h or 1d, got {every!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        raise TypeError(f"every must be a str such as '5m', seconds or a timedelta, got {type(every).__name__}")
+    if seconds <= 0:
+        raise ValueError(f"every must be positive, got {every!r}")
+    return seconds
+
+
+def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: int) -> "list[Path]":
+    """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame."""
+    stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
+    date = started.strftime("%Y-%m-%d")
+    written = []
+    for name in FRAME_NAMES:
+        folder = out / name / f"date={date}"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{stamp}-r{round_number:06d}.parquet"
+        _write_atomically(getattr(frames, name), target, "parquet")
+        written.append(target)
+    return written
+
+
+def collect(
+    client: "Client",
+    token_ids: Iterable[str],
+    every: Union[str, float, dt.timedelta],
+    *,
+    count: Optional[int] = None,
+    out: PathLike,
+    markets: bool = True,
+    on_round: Optional[Callable[[int, Frames], None]] = None,
+    progress: Optional[bool] = False,
+) -> int:
+    """Fetches ``token_ids`` every ``every`` and appends each round to the history at ``out``.
+
+    Rounds start on a fixed grid (start + k * every), so slow rounds do not make the schedule
+    drift; a round that overruns skips the ticks it missed. Each file is written atomically.
+    Stops after ``count`` rounds (``None``: until Ctrl-C). Returns the number of rounds written.
+    """
+    interval = parse_every(every)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count must be a positive int or None, got {count!r}")
+    ids = list(token_ids)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    origin = time.monotonic()
+    rounds = 0
+    tick = 0
+    while count is None or rounds < count:
+        due = origin + tick * interval
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        started = dt.datetime.now(dt.timezone.utc)
+        frames = client.fetch(ids, markets=markets, progress=progress)
+        write_round(frames, folder, started, rounds)
+        rounds += 1
+        if on_round is not None:
+            on_round(rounds, frames)
+        # The next tick on the grid that is still in the future.
+        elapsed_ticks = (time.monotonic() - origin) / interval
+        tick = max(tick + 1, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
+    return rounds

@@ -1,0 +1,68 @@
+"""Turning response bodies into frames without the network (the same code the clients use)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional, Sequence, Union
+
+import polars as pl
+
+from . import _core
+from ._frames import Frames
+
+__all__ = ["parse_token", "parse_tokens", "parse_markets"]
+
+Body = Union[bytes, str]
+When = Union[dt.datetime, int, None]
+
+
+def _fetched_at_ms(fetched_at: When) -> Optional[int]:
+    if fetched_at is None:
+        return None
+    if isinstance(fetched_at, dt.datetime):
+        if fetched_at.tzinfo is None:
+            raise ValueError("fetched_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return int(fetched_at.timestamp() * 1000)
+    if isinstance(fetched_at, int) and not isinstance(fetched_at, bool):
+        return fetched_at
+    raise TypeError(f"fetched_at must be a datetime or milliseconds since the epoch, got {type(fetched_at).__name__}")
+
+
+def parse_token(body: Body, token_id: Optional[str] = None, fetched_at: When = None) -> Frames:
+    """Parses a listing response body (``bytes`` or ``str``) into `Frames`.
+
+    ``token`` is ``token_id`` if given, else the body's ``data.id``; ``fetched_at`` is the
+    given time (a timezone-aware datetime, or ms since the epoch), else null. A malformed body
+    raises `DecodeError` naming the token and, where it can, the field and byte offset.
+    """
+    result = _core.parse_token(body, token_id, _fetched_at_ms(fetched_at))
+    token = result["snapshot"]["token"][0]
+    raw_body = body.encode() if isinstance(body, str) else bytes(body)
+    return Frames(result, [(token, "listing", raw_body)])
+
+
+def parse_tokens(
+    bodies: Sequence[Body],
+    token_ids: Optional[Sequence[Optional[str]]] = None,
+    fetched_at: When = None,
+) -> Frames:
+    """Parses many listing bodies into one `Frames` in one call into Rust (using all cores).
+
+    ``token_ids`` (same length as ``bodies``) names each body's token; ``None`` entries, or no
+    list at all, take ``data.id``. The first malformed body raises `DecodeError`.
+    """
+    bodies = list(bodies)
+    ids = None if token_ids is None else list(token_ids)
+    result = _core.parse_tokens(bodies, ids, _fetched_at_ms(fetched_at))
+    tokens = result["snapshot"]["token"].to_list()
+    raw = [
+        (token, "listing", body.encode() if isinstance(body, str) else bytes(body))
+        for token, body in zip(tokens, bodies)
+    ]
+    return Frames(result, raw)
+
+
+def parse_markets(body: Body, token_id: str, fetched_at: When = None) -> pl.DataFrame:
+    """Parses a markets response body into the markets frame for ``token_id``."""
+    frame, _total = _core.parse_markets(body, token_id, _fetched_at_ms(fetched_at))
+    return frame

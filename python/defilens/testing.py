@@ -1,0 +1,24 @@
+"""Testing helpers: a local fake of the service, for demos and for your own tests.
+
+>>> with defilens.testing.Sandbox(seed=1) as sandbox:  # doctest: +SKIP
+...     client = defilens.Client(base_url=sandbox.url, api_key="anything")
+...     frames = client.fetch(["bitcoin", "unknown-coin"])
+
+With pytest, the ``defilens_sandbox`` fixture gives a running Sandbox per test.
+"""
+
+from __future__ import annotations
+
+from ._core import Sandbox, sandbox_listing_body, sandbox_markets_body
+
+__all__ = ["Sandbox", "listing_body", "markets_body"]
+
+
+def listing_body(token_id: str, seed: int = 0) -> str:
+    """The listing body the Sandbox serves for ``token_id`` (deterministic in the seed)."""
+    return sandbox_listing_body(token_id, seed)
+
+
+def markets_body(token_id: str, seed: int = 0) -> str:
+    """The markets body the Sandbox serves for ``token_id`` (deterministic in the seed)."""
+    return sandbox_markets_body(token_id, seed)

@@ -1,0 +1,272 @@
+//! The response model: what the service's field names mean and what type each becomes.
+//!
+//! The listing object mixes fixed scalar fields with families of interval-suffixed fields
+//! (`rsi14_1h`, `tripple_pattern_24h`, `ta_5m_updated_at`). This module names them; the
+//! parser (`flatten`) decides per field where its value goes.
+
+/// Candle intervals, ordered by duration. The index is the physical value of the `interval`
+/// Enum in every frame.
+pub const INTERVALS: [&str; 6] = ["5m", "15m", "1h", "4h", "24h", "1w"];
+
+pub fn interval_index(suffix: &str) -> Option<u8> {
+    INTERVALS.iter().position(|i| *i == suffix).map(|p| p as u8)
+}
+
+/// The target column type of a snapshot field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarType {
+    Str,
+    F64,
+    I64,
+    Bool,
+    /// ISO 8601 text -> milliseconds since the epoch, UTC.
+    Datetime,
+    ListStr,
+}
+
+use ScalarType::*;
+
+/// Every scalar field of the token listing, in the order of `service-reference.md`.
+/// The snapshot frame has these columns, in this order, after `token` and `fetched_at`.
+pub const SNAPSHOT_FIELDS: &[(&str, ScalarType)] = &[
+    // identity and descriptive
+    ("id", Str),
+    ("symbol_id", Str),
+    ("name", Str),
+    ("symbol", Str),
+    ("image", Str),
+    ("categories", ListStr),
+    ("tags", ListStr),
+    ("exchanges", ListStr),
+    ("is_active", Bool),
+    ("infinite_supply", Bool),
+    ("last_updated", Datetime),
+    ("updated_at", Datetime),
+    ("ohlc_updated_time", Datetime),
+    // market, supply and valuation
+    ("current_price", F64),
+    ("circulating_supply", F64),
+    ("total_supply", F64),
+    ("max_supply", F64),
+    ("fully_diluted_valuation", F64),
+    ("market_cap", F64),
+    ("market_cap_rank", I64),
+    ("market_cap_dominance", F64),
+    ("total_volume", F64),
+    ("ath", F64),
+    ("atl", F64),
+    ("apy", F64),
+    ("tvl", F64),
+    ("day_volatility", F64),
+    ("github_commit", I64),
+    ("number_of_holders", F64),
+    ("holders_change_percentage_24h", F64),
+    // changes
+    ("market_cap_change_percentage_24h", F64),
+    ("market_cap_change_percentage_1w", F64),
+    ("market_cap_percentage_change_7d", F64),
+    ("price_change_percentage_24h", F64),
+    ("price_percent_change_1h", F64),
+    ("price_percent_change_24h", F64),
+    ("price_percent_change_7d", F64),
+    ("price_percent_change_30d", F64),
+    ("price_percent_change_60d", F64),
+    ("price_percent_change_90d", F64),
+    ("price_percent_change_1w", F64),
+    ("volume_change_24h", F64),
+    ("volume_change_1w", F64),
+    ("volume_percentage_change_7d", F64),
+    ("supply_percentage_change_24h", F64),
+    // derivatives
+    ("open_interest", F64),
+    ("open_interest_change_1h", F64),
+    ("open_interest_change_4h", F64),
+    ("open_interest_change_24h", F64),
+    ("funding_rate", F64),
+    ("long_short_ratio_1h", F64),
+    ("long_short_ratio_4h", F64),
+    ("long_short_ratio_24h", F64),
+    ("long_liquidation_1h", F64),
+    ("long_liquidation_4h", F64),
+    ("long_liquidation_24h", F64),
+    ("short_liquidation_1h", F64),
+    ("short_liquidation_4h", F64),
+    ("short_liquidation_24h", F64),
+];
+
+pub fn snapshot_field_index(key: &str) -> Option<usize> {
+    // A linear scan over ~60 short names is cheaper here than hashing: most keys of a
+    // listing are interval-suffixed and are rejected by length and first byte quickly.
+    SNAPSHOT_FIELDS.iter().position(|(name, _)| *name == key)
+}
+
+/// What a known interval-suffixed family carries. Routing is by the JSON type of the value
+/// (see `flatten`); the expectation decides how tolerant to be and what counts as malformed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyKind {
+    Numeric,
+    Text,
+    Patterns,
+}
+
+/// A parsed interval-suffixed key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SuffixedKey<'a> {
+    /// `ta_<i>_updated_at`
+    TaUpdated { interval: u8 },
+    /// `<family>_<i>` of a known family; `name` is the indicator name or pattern family as it
+    /// appears in frames.
+    Known { name: &'static str, kind: FamilyKind, interval: u8 },
+    /// `<family>_<i>` of a family added after this was written; routed by JSON type alone.
+    Unknown { name: &'a str, interval: u8 },
+}
+
+const NUMERIC_FAMILIES: &[&str] = &[
+    "rsi7", "rsi14", "rsi25", "sma5", "sma20", "sma100", "upper_bband", "middle_bband",
+    "lower_bband",
+];
+const TEXT_FAMILIES: &[&str] = &["macd"];
+/// Wire prefix -> family name in the `patterns` frame.
+const PATTERN_FAMILIES: &[(&str, &str)] = &[
+    ("single_pattern", "single"),
+    ("double_pattern", "double"),
+    ("tripple_pattern", "triple"),
+    ("triple_pattern", "triple"),
+    ("chartpattern", "chart"),
+    ("candlestick_pattern", "candlestick"),
+    ("triangle_pattern", "triangle"),
+    ("head_shoulder_pattern", "head_shoulder"),
+    ("multiple_top_bottom_pattern", "multiple_top_bottom"),
+    ("double_top_bottom_pattern", "double_top_bottom"),
+    ("wedge_pattern", "wedge"),
+    ("channel_pattern", "channel"),
+];
+
+/// Splits `rsi14_1h` into its family and interval. Returns `None` for keys that do not end in
+/// a known interval suffix (those are either snapshot fields or ignored).
+pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
+    if let Some(rest) = key.strip_prefix("ta_") {
+        if let Some(interval) = rest.strip_suffix("_updated_at") {
+            return interval_index(interval).map(|interval| SuffixedKey::TaUpdated { interval });
+        }
+    }
+    let split = key.rfind('_')?;
+    let (prefix, suffix) = (&key[..split], &key[split + 1..]);
+    if prefix.is_empty() {
+        return None;
+    }
+    let interval = interval_index(suffix)?;
+    let known = |name, kind| Some(SuffixedKey::Known { name, kind, interval });
+    if let Some(name) = NUMERIC_FAMILIES.iter().find(|f| **f == prefix) {
+        known(name, FamilyKind::Numeric)
+    } else if let Some(name) = TEXT_FAMILIES.iter().find(|f| **f == prefix) {
+        known(name, FamilyKind::Text)
+    } else if let Some((_, family)) = PATTERN_FAMILIES.iter().find(|(wire, _)| *wire == prefix) {
+        known(family, FamilyKind::Patterns)
+    } else {
+        Some(SuffixedKey::Unknown { name: prefix, interval })
+    }
+}
+
+/// Name in the patterns frame for an unknown family carrying a string array: the `_pattern`
+/// tail is dropped, as it is for the known pattern families.
+pub fn unknown_pattern_family(name: &str) -> &str {
+    name.strip_suffix("_pattern").filter(|s| !s.is_empty()).unwrap_or(name)
+}
+
+/// Columns of a market entry: wire name, frame column, type.
+pub const MARKET_FIELDS: &[(&str, &str, ScalarType)] = &[
+    ("id", "id", Str),
+    ("exchangeName", "exchange_name", Str),
+    ("exchangeImage", "exchange_image", Str),
+    ("marketPair", "market_pair", Str),
+    ("marketUrl", "market_url", Str),
+    ("price", "price", F64),
+    ("volumeUsd", "volume_usd", F64),
+    ("liquidity_score", "liquidity_score", I64),
+    ("depthUsdPositiveTwo", "depth_usd_positive_two", F64),
+    ("depthUsdNegativeTwo", "depth_usd_negative_two", F64),
+    ("volumePercent", "volume_percent", F64),
+    ("marketReputation", "market_reputation", F64),
+];
+
+pub fn market_field_index(key: &str) -> Option<usize> {
+    MARKET_FIELDS.iter().position(|(wire, _, _)| *wire == key)
+}
+
+/// Index of `marketPair` in `MARKET_FIELDS`; `base` and `quote` are split from it.
+pub const MARKET_PAIR_INDEX: usize = 3;
+
+pub const COMMUNITY_KEYS: [&str; 5] = ["twitter", "reddit", "facebook", "github", "telegram"];
+
+/// Splits `BTC/USDT` into (`BTC`, `USDT`). Without a `/` the whole pair is the base.
+pub fn split_market_pair(pair: &str) -> (&str, Option<&str>) {
+    match pair.split_once('/') {
+        Some((base, quote)) => (base.trim(), Some(quote.trim())),
+        None => (pair.trim(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_families_and_intervals() {
+        assert_eq!(
+            parse_suffixed_key("rsi14_1h"),
+            Some(SuffixedKey::Known { name: "rsi14", kind: FamilyKind::Numeric, interval: 2 })
+        );
+        assert_eq!(
+            parse_suffixed_key("upper_bband_1w"),
+            Some(SuffixedKey::Known { name: "upper_bband", kind: FamilyKind::Numeric, interval: 5 })
+        );
+        assert_eq!(
+            parse_suffixed_key("macd_5m"),
+            Some(SuffixedKey::Known { name: "macd", kind: FamilyKind::Text, interval: 0 })
+        );
+        assert_eq!(
+            parse_suffixed_key("tripple_pattern_24h"),
+            Some(SuffixedKey::Known { name: "triple", kind: FamilyKind::Patterns, interval: 4 })
+        );
+        assert_eq!(
+            parse_suffixed_key("chartpattern_15m"),
+            Some(SuffixedKey::Known { name: "chart", kind: FamilyKind::Patterns, interval: 1 })
+        );
+        assert_eq!(
+            parse_suffixed_key("wedge_pattern_4h"),
+            Some(SuffixedKey::Known { name: "wedge", kind: FamilyKind::Patterns, interval: 3 })
+        );
+        assert_eq!(parse_suffixed_key("ta_24h_updated_at"), Some(SuffixedKey::TaUpdated { interval: 4 }));
+    }
+
+    #[test]
+    fn unknown_families_and_non_suffixed_keys() {
+        assert_eq!(
+            parse_suffixed_key("ema50_1h"),
+            Some(SuffixedKey::Unknown { name: "ema50", interval: 2 })
+        );
+        assert_eq!(parse_suffixed_key("price_percent_change_30d"), None);
+        assert_eq!(parse_suffixed_key("symbol"), None);
+        assert_eq!(parse_suffixed_key("_1h"), None);
+        assert_eq!(parse_suffixed_key("ta_2h_updated_at"), None);
+        assert_eq!(unknown_pattern_family("flag_pattern"), "flag");
+        assert_eq!(unknown_pattern_family("_pattern"), "_pattern");
+    }
+
+    #[test]
+    fn snapshot_fields_are_unique_and_market_pair_index_is_right() {
+        let mut names: Vec<_> = SNAPSHOT_FIELDS.iter().map(|f| f.0).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), SNAPSHOT_FIELDS.len());
+        assert_eq!(MARKET_FIELDS[MARKET_PAIR_INDEX].0, "marketPair");
+    }
+
+    #[test]
+    fn market_pairs_split_at_the_slash() {
+        assert_eq!(split_market_pair("BTC/USDT"), ("BTC", Some("USDT")));
+        assert_eq!(split_market_pair("WBTC"), ("WBTC", None));
+        assert_eq!(split_market_pair("A/B/C"), ("A", Some("B/C")));
+    }
+}
