@@ -12,6 +12,7 @@ pub mod model;
 pub mod retry;
 pub mod runtime;
 pub mod sandbox;
+pub mod sandbox_data;
 pub mod timestamp;
 pub mod value;
 

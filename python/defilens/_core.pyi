@@ -1,0 +1,113 @@
+"""Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import polars as pl
+
+__version__: str
+DEFAULT_BASE_URL: str
+DEFAULT_MAX_RESPONSE_BYTES: int
+INTERVALS: List[str]
+
+Body = Union[bytes, bytearray, str]
+
+class Engine:
+    """The Rust side of `Client` / `AsyncClient`; settings arrive resolved."""
+
+    def __new__(
+        cls,
+        *,
+        base_url: str,
+        api_key: Optional[str],
+        timeout: float,
+        max_retries: int,
+        concurrency: int,
+        rate_limit: Optional[float],
+        cache_ttl: Optional[float],
+        proxy: Optional[str],
+        max_response_bytes: int,
+        backoff: Tuple[float, float],
+    ) -> Engine: ...
+    def start(self, token_ids: Sequence[str], *, listing: bool, markets: bool) -> FetchJob:
+        """Starts fetching ``token_ids`` (validated, duplicates dropped); returns the job."""
+    def url_for(self, token_id: str, endpoint: str) -> str:
+        """The URL a request for ``token_id`` goes to."""
+    def clear_cache(self) -> None: ...
+
+class FetchJob:
+    """A batch running in Rust."""
+
+    def wait(self, progress: Optional[Callable[[int, int], object]] = None) -> Dict[str, Any]:
+        """Blocks (GIL released) until done; Ctrl-C cancels and raises KeyboardInterrupt."""
+    def result(self) -> Dict[str, Any]:
+        """The outcome of a finished batch; RuntimeError before it finished."""
+    def done(self) -> bool: ...
+    def progress(self) -> Tuple[int, int]:
+        """(finished exchanges, all exchanges)"""
+    def cancel(self) -> None: ...
+    def add_done_callback(self, callback: Callable[[], object]) -> None:
+        """Calls ``callback()`` from a Rust thread when the batch ends."""
+
+class RawBodies:
+    """Successful response bodies kept for ``Frames.raw``."""
+
+    def __len__(self) -> int: ...
+    def items(self) -> List[Tuple[str, str, bytes]]:
+        """``[(token, endpoint, body), ...]`` in fetch order."""
+
+class Sandbox:
+    """A local fake of the DeFi Lens service, served from Rust on 127.0.0.1.
+
+    Data and faults are a deterministic function of (seed, token id); faults are drawn per
+    request, so a retry can succeed. Ids beginning with ``unknown`` get 404.
+    """
+
+    def __new__(
+        cls,
+        *,
+        latency: float = 0.0,
+        api_key: Optional[str] = None,
+        seed: int = 0,
+        error_rate: float = 0.0,
+        rate_limit_rate: float = 0.0,
+        retry_after: int = 1,
+        drop_rate: float = 0.0,
+        truncate_rate: float = 0.0,
+        invalid_json_rate: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> Sandbox: ...
+    @property
+    def url(self) -> str:
+        """Base URL to pass as ``base_url=``."""
+    @property
+    def port(self) -> int: ...
+    @property
+    def requests(self) -> int:
+        """Number of requests served so far."""
+    def stop(self) -> None:
+        """Stops serving. Idempotent."""
+    def __enter__(self) -> Sandbox: ...
+    def __exit__(self, *_exc: object) -> bool: ...
+
+def parse_token(body: Body, token_id: Optional[str] = None, fetched_at_ms: Optional[int] = None) -> Dict[str, pl.DataFrame]:
+    """Parses one listing body into the listing frames."""
+
+def parse_tokens(
+    bodies: Sequence[Body],
+    token_ids: Optional[Sequence[Optional[str]]] = None,
+    fetched_at_ms: Optional[int] = None,
+) -> Dict[str, pl.DataFrame]:
+    """Parses many listing bodies into one set of frames in one call."""
+
+def parse_markets(body: Body, token_id: str, fetched_at_ms: Optional[int] = None) -> Tuple[pl.DataFrame, Optional[int]]:
+    """Parses one markets body; returns (markets frame, the body's ``total``)."""
+
+def empty_frames() -> Dict[str, pl.DataFrame]:
+    """Every frame with its full schema and no rows."""
+
+def sandbox_listing_body(token_id: str, seed: int = 0) -> str:
+    """The listing body the Sandbox serves for ``token_id``."""
+
+def sandbox_markets_body(token_id: str, seed: int = 0) -> str:
+    """The markets body the Sandbox serves for ``token_id``."""

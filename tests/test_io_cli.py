@@ -1,0 +1,162 @@
+"""Saving and reading frames, collecting history, and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import defilens
+from defilens._cli import main
+from defilens.testing import Sandbox
+
+CLI = [sys.executable, "-m", "defilens"]
+
+
+@pytest.fixture(scope="module")
+def fetched() -> defilens.Frames:
+    with Sandbox(seed=1) as sb:
+        return defilens.Client(base_url=sb.url).fetch(["bitcoin", "ethereum", "unknown-x"], markets=True)
+
+
+def test_write_read_round_trips_every_dtype(fetched: defilens.Frames, tmp_path: Path) -> None:
+    folder = fetched.write(tmp_path / "frames")
+    back = defilens.read(folder)
+    for name, frame in fetched.items():
+        assert getattr(back, name).schema == frame.schema, name
+        assert getattr(back, name).equals(frame), name
+    assert back.indicators.schema["interval"] == defilens.INTERVAL
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.parquet" for n, _ in fetched.items())
+
+
+@pytest.mark.parametrize("fmt", ["csv", "ndjson"])
+def test_text_formats_write_lists_as_json(fetched: defilens.Frames, tmp_path: Path, fmt: str) -> None:
+    folder = fetched.write(tmp_path / fmt, format=fmt)
+    text = (folder / f"info.{fmt}").read_text()
+    assert '"https://' in text or "https://" in text
+    if fmt == "ndjson":
+        rows = [json.loads(line) for line in text.splitlines()]
+        assert isinstance(json.loads(rows[0]["websites"]), list)
+    else:
+        assert pl.read_csv(folder / "indicators.csv").height == fetched.indicators.height
+
+
+def test_write_rejects_unknown_format(fetched: defilens.Frames, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        fetched.write(tmp_path, format="xlsx")
+    assert not any(tmp_path.glob("*.tmp")) and not any(tmp_path.glob(".*.tmp"))
+
+
+def test_concat_and_raw(fetched: defilens.Frames) -> None:
+    both = defilens.concat([fetched, fetched])
+    assert both.snapshot.height == 2 * fetched.snapshot.height
+    assert len(both.raw) == 2 * len(fetched.raw)
+    listing_raw = [body for token, endpoint, body in fetched.raw_items() if endpoint == "listing"]
+    assert {b["data"]["id"] for b in listing_raw} == {"bitcoin", "ethereum"}
+    assert "Frames" in repr(fetched) and "<table>" in fetched._repr_html_()
+
+
+def test_collect_writes_partitioned_rounds(tmp_path: Path) -> None:
+    with Sandbox() as sb:
+        client = defilens.Client(base_url=sb.url)
+        started = time.monotonic()
+        rounds = client.collect(["bitcoin", "ethereum"], "0.3s", count=3, out=tmp_path)
+        elapsed = time.monotonic() - started
+    assert rounds == 3
+    assert 0.55 <= elapsed < 5  # rounds at t=0, 0.3, 0.6
+    history = defilens.scan(tmp_path, "indicators").collect()
+    assert history["fetched_at"].n_unique() == 3
+    assert history.schema["interval"] == defilens.INTERVAL
+    assert "date" in history.columns
+    assert set(history["token"]) == {"bitcoin", "ethereum"}
+    files = list((tmp_path / "snapshot").glob("date=*/*.parquet"))
+    assert len(files) == 3
+    assert not list(tmp_path.rglob("*.tmp"))
+    with pytest.raises(ValueError):
+        client.collect(["bitcoin"], "soon", count=1, out=tmp_path)
+
+
+def test_cli_fetch_sandbox_writes_parquet(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["fetch", "bitcoin", "ethereum", "--markets", "--sandbox", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "fetched 2 of 2 tokens" in out and "bitcoin" in out and "ethereum" in out
+    back = defilens.read(tmp_path / "out")
+    assert back.snapshot.height == 2 and back.markets.height > 0
+
+
+@pytest.mark.parametrize("fmt", ["csv", "ndjson"])
+def test_cli_formats(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["fetch", "bitcoin", "--sandbox", "--out", str(tmp_path), "--format", fmt]) == 0
+    assert (tmp_path / f"snapshot.{fmt}").exists()
+
+
+def test_cli_failures_are_one_line(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEFILENS_API_KEY", raising=False)
+    monkeypatch.delenv("DEFILENS_BASE_URL", raising=False)
+    assert main(["fetch", "bitcoin"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("defilens: error:") and "DEFILENS_API_KEY" in err and err.count("\n") == 1
+    assert main(["fetch", "unknown-coin", "--sandbox"]) == 1
+    out = capsys.readouterr().out
+    assert "not_found 1" in out
+
+
+def test_cli_never_echoes_the_key(tmp_path: Path) -> None:
+    secret = "sk-live-do-not-print-4242"
+    with Sandbox(api_key=secret) as sb:
+        env = {**os.environ, "DEFILENS_API_KEY": secret}
+        ok = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--out", str(tmp_path / "ok")],
+                            capture_output=True, text=True, env=env, timeout=120)
+        bad = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", secret + "x"],
+                             capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "authentication" in bad.stderr.lower() or "401" in bad.stdout
+    for stream in (ok.stdout, ok.stderr, bad.stdout, bad.stderr):
+        assert secret not in stream
+    for file in (tmp_path / "ok").iterdir():
+        assert secret.encode() not in file.read_bytes()
+
+
+def test_cli_help_everywhere() -> None:
+    for args in ([], ["fetch"], ["collect"], ["sandbox"]):
+        result = subprocess.run(CLI + args + ["--help"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "usage:" in result.stdout
+
+
+def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
+    out = tmp_path / "hist"
+    done = subprocess.run(CLI + ["collect", "bitcoin", "ethereum", "--sandbox", "--every", "1s", "--count", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert defilens.scan(out, "snapshot").collect().height == 6
+    proc = subprocess.Popen(CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.2s", "--out", str(tmp_path / "live")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert not list((tmp_path / "live").rglob("*.tmp"))
+    rounds = defilens.scan(tmp_path / "live", "snapshot").collect()
+    assert rounds.height >= 2
+
+
+def test_cli_sandbox_serves(tmp_path: Path) -> None:
+    proc = subprocess.Popen(CLI + ["sandbox", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        url = line.split(" at ")[1].split()[0]
+        frames = defilens.Client(base_url=url).token("bitcoin")
+        assert frames.snapshot.height == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    assert proc.returncode == 0
