@@ -161,7 +161,8 @@ impl<'de> Visitor<'de> for ListingData<'_, 'de> {
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
-            pending.field = None;
+            // Between keys the error still belongs to `data`.
+            pending.field = Some(("", Cow::Borrowed("data")));
         }
         Ok(())
     }
@@ -293,7 +294,7 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
-            pending.field = None;
+            pending.field = Some(("", Cow::Borrowed("generalInfo")));
         }
         Ok(())
     }

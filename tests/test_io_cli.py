@@ -72,7 +72,8 @@ def test_collect_writes_partitioned_rounds(tmp_path: Path) -> None:
     assert rounds == 3
     assert 0.55 <= elapsed < 5  # rounds at t=0, 0.3, 0.6
     history = defilens.scan(tmp_path, "indicators").collect()
-    assert history["fetched_at"].n_unique() == 3
+    per_token = history.group_by("token").agg(pl.col("fetched_at").n_unique().alias("rounds"))
+    assert per_token["rounds"].to_list() == [3, 3]
     assert history.schema["interval"] == defilens.INTERVAL
     assert "date" in history.columns
     assert set(history["token"]) == {"bitcoin", "ethereum"}
@@ -158,5 +159,6 @@ def test_cli_sandbox_serves(tmp_path: Path) -> None:
         assert frames.snapshot.height == 1
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
-    assert proc.returncode == 0
+        _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert "stopped after" in stderr

@@ -221,7 +221,9 @@ def test_absent_fields_give_no_rows() -> None:
         (b'{"data": {"id": "x", "wedge_pattern_4h": 7}}', "data.wedge_pattern_4h"),
         (b'{"data": {"id": "x", "categories": "Layer 1"}}', "data.categories"),
         (b'{"data": {"id": "x"}, "generalInfo": {"websites": 3}}', "generalInfo.websites"),
-        (b'{"data": {"id": "x", "rsi14_1h": 5', "data.rsi14_1h"),
+        (b'{"data": {"id": "x", "rsi14_1h": "5', "data.rsi14_1h"),
+        (b'{"data": {"id": "x", "rsi14_1h": 5', "data"),
+        (b'{"data": {"id": "x"}, "generalInfo": {"description": "a"', "generalInfo"),
     ],
 )
 def test_malformed_bodies_name_field_and_offset(body: bytes, field: str) -> None:
@@ -231,7 +233,7 @@ def test_malformed_bodies_name_field_and_offset(body: bytes, field: str) -> None
     assert error.field == field
     assert error.token == "x"
     assert isinstance(error.offset, int) and 0 <= error.offset <= len(body)
-    assert "x" in str(error) and field in str(error)
+    assert '"x"' in str(error) and f'"{field}"' in str(error)
 
 
 @pytest.mark.parametrize("body", [b"", b"not json", b"[]", b"null", b'{"generalInfo": {}}', b'{"data": []}', "{\"data\": {\"id\": \"\ud800\"}}"])

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Union
 
+import polars as pl
+
 from ._frames import FRAME_NAMES, Frames, PathLike, _write_atomically
 
 if TYPE_CHECKING:
@@ -36,8 +38,23 @@ def parse_every(every: Union[str, float, int, dt.timedelta]) -> float:
     return seconds
 
 
+def _with_fetched_at(frame: pl.DataFrame, fetched_at: pl.DataFrame, started: dt.datetime) -> pl.DataFrame:
+    """Gives a frame without ``fetched_at`` (indicators, signals, ...) its token's listing time,
+    so rounds in the history can be told apart; the round's start where there is none."""
+    if "fetched_at" in frame.columns:
+        return frame
+    round_start = pl.lit(started).cast(pl.Datetime("ms", "UTC"))
+    return (
+        frame.join(fetched_at, on="token", how="left")
+        .with_columns(pl.col("fetched_at").fill_null(round_start))
+    )
+
+
 def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: int) -> "list[Path]":
-    """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame."""
+    """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame.
+
+    Frames that carry no ``fetched_at`` get one (the token's listing fetch time)."""
+    fetched_at = frames.snapshot.select("token", "fetched_at").unique("token")
     stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
     date = started.strftime("%Y-%m-%d")
     written = []
@@ -45,7 +62,7 @@ def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: i
         folder = out / name / f"date={date}"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{stamp}-r{round_number:06d}.parquet"
-        _write_atomically(getattr(frames, name), target, "parquet")
+        _write_atomically(_with_fetched_at(getattr(frames, name), fetched_at, started), target, "parquet")
         written.append(target)
     return written
 
