@@ -450,7 +450,7 @@ pub struct PySandbox {
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (*, latency=0.0, api_key=None, seed=0, error_rate=0.0, rate_limit_rate=0.0, retry_after=1, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host="127.0.0.1".to_string(), port=0))]
+    #[pyo3(signature = (*, latency=0.0, api_key=None, seed=0, error_rate=0.0, rate_limit_rate=0.0, retry_after=1, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -463,7 +463,7 @@ impl PySandbox {
         drop_rate: f64,
         truncate_rate: f64,
         invalid_json_rate: f64,
-        host: String,
+        host: Option<String>,
         port: u16,
     ) -> PyResult<Self> {
         if !(latency.is_finite() && latency >= 0.0) {
@@ -479,7 +479,7 @@ impl PySandbox {
             drop_rate,
             truncate_rate,
             invalid_json_rate,
-            host,
+            host: host.unwrap_or_else(|| SandboxConfig::default().host),
             port,
         };
         let server = py

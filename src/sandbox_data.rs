@@ -1,19 +1,29 @@
-//! The Sandbox's data: realistic, deterministic bodies for any (seed, token id).
+//! The Sandbox's data: realistic bodies for any (seed, token id), byte-identical for the same
+//! inputs.
+//!
+//! Every body is built with `write!` into one `String` (no serde tree) because the Sandbox serves
+//! thousands of them per second. The token id is the only untrusted text that reaches a body and
+//! always goes through `json_string`, so ids with quotes, backslashes, control characters or
+//! non-ASCII text still give valid JSON.
 
 use std::fmt::Write;
 
 use crate::timestamp::{format_iso_timestamp, format_ta_timestamp};
 
-/// FNV-1a over the parts, then splitmix64: a stable hash that needs no dependency.
+/// FNV-1a over the parts (each followed by a separator byte so `["ab","c"]` and `["a","bc"]`
+/// differ), finished with splitmix64 so nearby inputs give unrelated outputs. Stable across
+/// platforms and releases, unlike `std`'s hasher.
 pub fn stable_hash(seed: u64, parts: &[&[u8]]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0100_0000_01b3;
+    let mut hash = FNV_OFFSET ^ splitmix(seed);
     for part in parts {
         for &byte in *part {
             hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
+            hash = hash.wrapping_mul(FNV_PRIME);
         }
         hash ^= 0xff;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+        hash = hash.wrapping_mul(FNV_PRIME);
     }
     splitmix(hash)
 }
@@ -25,7 +35,13 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// A small deterministic generator.
+/// Maps a 64-bit hash to a uniform draw in [0, 1).
+pub fn unit_interval(hash: u64) -> f64 {
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A small deterministic generator (splitmix64 stream). Each body part uses its own stream name,
+/// so adding a field to one part does not reshuffle the values of the others.
 pub struct Rng(u64);
 
 impl Rng {
@@ -40,112 +56,246 @@ impl Rng {
 
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        unit_interval(self.next_u64())
     }
 
     pub fn range(&mut self, low: f64, high: f64) -> f64 {
         low + (high - low) * self.unit()
     }
 
+    /// Uniform in 0..n (0 when n is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
     }
 
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
+    pub fn chance(&mut self, probability: f64) -> bool {
+        self.unit() < probability
     }
 
     pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
+        items.get(self.below(items.len())).copied().unwrap_or("")
     }
 
-    /// Up to `max` distinct items, empty with probability `empty`.
+    /// Between 1 and `max` distinct items, or none with probability `empty`.
     pub fn some_of<'a>(&mut self, items: &[&'a str], max: usize, empty: f64) -> Vec<&'a str> {
-        if self.chance(empty) {
+        if items.is_empty() || self.chance(empty) {
             return Vec::new();
         }
-        let count = 1 + self.below(max.min(items.len()));
+        let count = 1 + self.below(max.clamp(1, items.len()));
         let start = self.below(items.len());
         (0..count).map(|i| items[(start + i) % items.len()]).collect()
     }
 }
 
+/// Intervals of the per-indicator fields.
 const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
+/// Intervals of the grouped chart-pattern fields: 4h instead of 1w, as the service does.
 const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
-const CANDLES: &[&str] = &[
-    "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "bearish_engulfing", "bullish_engulfing",
-    "shooting_star", "morning_star", "evening_star", "three_white_soldiers", "dragonfly_doji",
+
+const SINGLE_CANDLES: &[&str] = &[
+    "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "dragonfly_doji", "gravestone_doji",
+    "bearish_shooting_star", "bearish_hanging_man", "bullish_marubozu", "bearish_marubozu",
 ];
-const CHARTS: &[&str] = &["Ascending Triangle", "Descending Triangle", "Wedge Up", "Wedge Down", "Channel Up", "Channel Down"];
-const CATEGORIES: &[&str] = &["Layer 1", "DeFi", "Smart Contract Platform", "Meme", "Stablecoin", "Gaming", "Oracle"];
-const EXCHANGES: &[&str] = &["Binance", "Coinbase Exchange", "Kraken", "OKX", "Bybit", "KuCoin", "Gate.io", "Bitget", "HTX", "MEXC"];
+const DOUBLE_CANDLES: &[&str] = &[
+    "bullish_engulfing", "bearish_engulfing", "bullish_harami", "bearish_harami", "tweezer_top",
+    "tweezer_bottom", "piercing_line", "dark_cloud_cover",
+];
+const TRIPLE_CANDLES: &[&str] = &[
+    "morning_star", "evening_star", "three_white_soldiers", "three_black_crows", "three_inside_up",
+    "three_inside_down",
+];
+const SUMMARY_CANDLES: &[&str] = &[
+    "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "bearish_engulfing", "bullish_engulfing",
+    "morning_star", "evening_star", "three_white_soldiers",
+];
+const CHART_PATTERNS: &[&str] = &[
+    "Ascending Triangle", "Descending Triangle", "Symmetrical Triangle", "Wedge Up", "Wedge Down",
+    "Channel Up", "Channel Down", "Head and Shoulders", "Double Bottom", "Double Top",
+];
+const TRIANGLES: &[&str] = &["ascending_triangle", "descending_triangle", "symmetrical_triangle"];
+const HEAD_SHOULDERS: &[&str] = &["head_and_shoulders", "inverse_head_and_shoulders"];
+const MULTIPLE_TOPS_BOTTOMS: &[&str] = &["triple_top", "triple_bottom", "multiple_top", "multiple_bottom"];
+const DOUBLE_TOPS_BOTTOMS: &[&str] = &["double_bottom", "double_top"];
+const WEDGES: &[&str] = &["rising_wedge", "falling_wedge"];
+const CHANNELS: &[&str] = &["ascending_channel", "descending_channel", "horizontal_channel"];
+
+const CATEGORIES: &[&str] = &[
+    "Layer 1", "Smart Contract Platform", "Decentralized Finance (DeFi)", "Proof of Work", "Proof of Stake",
+    "Meme", "Stablecoins", "Gaming", "Oracle", "Layer 2", "Exchange-based Tokens", "Real World Assets",
+];
+const EXCHANGES: &[&str] = &[
+    "Binance", "Coinbase Exchange", "Kraken", "OKX", "Bybit", "KuCoin", "Gate.io", "Bitget", "HTX", "MEXC",
+    "Bitfinex", "Crypto.com Exchange",
+];
 const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
-/// 2026-11-22T00:00:00Z: the Sandbox's "now", so bodies never depend on the clock.
-const BASE_MS: i64 = 1_795_305_600_000;
+const PATTERN_EMPTY_SHARE: f64 = 0.4;
+
+/// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
+/// first letters.
+const KNOWN_SYMBOLS: &[(&str, &str)] = &[
+    ("bitcoin", "BTC"), ("ethereum", "ETH"), ("tether", "USDT"), ("solana", "SOL"), ("ripple", "XRP"),
+    ("binancecoin", "BNB"), ("usd-coin", "USDC"), ("dogecoin", "DOGE"), ("cardano", "ADA"), ("chainlink", "LINK"),
+];
+
+/// 2026-11-22T00:00:00Z in milliseconds: the Sandbox's "now", so bodies never depend on the clock.
+const SANDBOX_NOW_MS: i64 = 1_795_305_600_000;
 
 fn json_string(text: &str) -> String {
+    // Serialising a &str cannot fail; the fallback only keeps the output valid JSON regardless.
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
 }
 
-fn json_list(items: &[&str]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| json_string(s)).collect();
-    format!("[{}]", quoted.join(","))
+fn json_list<S: AsRef<str>>(items: &[S]) -> String {
+    let mut out = String::from("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&json_string(item.as_ref()));
+    }
+    out.push(']');
+    out
 }
 
 fn slug(text: &str) -> String {
-    text.to_lowercase().replace(' ', "-")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    while out.ends_with('-') {
+        out.pop();
+    }
+    out
 }
 
-fn symbol_of(token: &str) -> String {
-    let letters: String = token.chars().filter(|c| c.is_ascii_alphanumeric()).take(4).collect();
-    if letters.is_empty() { "TKN".into() } else { letters.to_uppercase() }
-}
-
-fn display_name(token: &str) -> String {
-    let mut chars = token.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
-        None => String::new(),
+/// A host-name-safe form of the token for the made-up URLs.
+fn url_slug(seed: u64, token: &str) -> String {
+    let slug = slug(token);
+    if slug.is_empty() {
+        format!("token-{:x}", stable_hash(seed, &[token.as_bytes()]) & 0xffff_ffff)
+    } else {
+        slug
     }
 }
 
-/// The price a token has in the Sandbox (the markets body trades around it).
-fn price_of(seed: u64, token: &str) -> f64 {
-    let mut rng = Rng::new(seed, token, "price");
-    let magnitude = rng.range(-2.0, 5.0);
-    (10f64.powf(magnitude) * 100.0).round() / 100.0 + 0.01
+/// The ticker: a known one, else the first 3 to 5 ASCII letters or digits, upper-cased.
+fn symbol_of(token: &str) -> String {
+    if let Some((_, symbol)) = KNOWN_SYMBOLS.iter().find(|(id, _)| *id == token) {
+        return (*symbol).to_string();
+    }
+    let length = 3 + (stable_hash(0, &[token.as_bytes(), b"symbol"]) % 3) as usize;
+    let letters: String = token.chars().filter(char::is_ascii_alphanumeric).take(length).collect();
+    if letters.is_empty() {
+        "TKN".into()
+    } else {
+        letters.to_ascii_uppercase()
+    }
 }
 
-/// The listing body (`{"data": ..., "generalInfo": ...}`) with every field family.
+/// The display name: words of the id (split at `-` and `_`), each capitalised.
+fn display_name(token: &str) -> String {
+    let words: Vec<String> = token
+        .split(['-', '_'])
+        .filter(|word| !word.is_empty())
+        .map(|word| {
+            let mut chars = word.chars();
+            match chars.next() {
+                Some(first) => first.to_uppercase().chain(chars).collect(),
+                None => String::new(),
+            }
+        })
+        .collect();
+    if words.is_empty() {
+        token.to_string()
+    } else {
+        words.join(" ")
+    }
+}
+
+/// Decimal places that keep about six significant digits for a price of this size.
+fn price_decimals(price: f64) -> usize {
+    match price {
+        p if p >= 1000.0 => 2,
+        p if p >= 1.0 => 4,
+        p if p >= 0.01 => 6,
+        _ => 8,
+    }
+}
+
+/// The token's price, as the decimal string `current_price` carries and as a number (the value
+/// of that string), shared by both endpoints so market prices sit around it.
+fn price_of(seed: u64, token: &str) -> (String, f64) {
+    let mut rng = Rng::new(seed, token, "price");
+    let raw = 10f64.powf(rng.range(-4.0, 5.0));
+    let text = format!("{:.*}", price_decimals(raw), raw);
+    let value = text.parse().unwrap_or(raw);
+    (text, value)
+}
+
+/// The listing body (`{"data": {...}, "generalInfo": {...}}`) with every field family of the
+/// service reference, including its quirks: `current_price` and `macd_<i>` as text,
+/// `number_of_holders` null, `ohlc_updated_time` empty, 4h only on the grouped pattern fields.
 pub fn listing_body(seed: u64, token: &str) -> String {
     let mut rng = Rng::new(seed, token, "listing");
-    let price = price_of(seed, token);
+    let (price_text, price) = price_of(seed, token);
+    let decimals = price_decimals(price);
     let id = json_string(token);
+    let name = display_name(token);
+    let site = url_slug(seed, token);
     let categories = rng.some_of(CATEGORIES, 3, 0.1);
     let tags: Vec<String> = categories.iter().map(|c| slug(c)).collect();
-    let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
-    let exchanges = rng.some_of(EXCHANGES, 6, 0.0);
-    let supply = rng.range(1e6, 1e10).round();
-    let max_supply = (supply * rng.range(1.0, 2.0)).round();
-    let market_cap = price * supply;
-    let updated = BASE_MS - rng.below(3_600_000) as i64;
-    let mut out = String::with_capacity(7000);
+    let exchanges = rng.some_of(EXCHANGES, 6, 0.05);
+
+    let circulating = rng.range(1e6, 1e11).round();
+    let total_supply = (circulating * rng.range(1.0, 1.5)).round();
+    let infinite_supply = rng.chance(0.2);
+    let max_supply = if infinite_supply { 0.0 } else { (total_supply * rng.range(1.0, 1.5)).round() };
+    let market_cap = price * circulating;
+    // Within the last few days of the Sandbox's "now" (always in 2026).
+    let updated_ms = SANDBOX_NOW_MS - rng.below(3 * 86_400_000) as i64;
+
+    let mut out = String::with_capacity(8192);
     let o = &mut out;
-    let _ = write!(o, "{{\"data\":{{\"id\":{id},\"symbol_id\":{id},\"name\":{},\"symbol\":{},", json_string(&display_name(token)), json_string(&symbol_of(token)));
-    let _ = write!(o, "\"image\":\"https://images.example/tokens/{}.png\",", rng.next_u64() % 100_000);
-    let _ = write!(o, "\"categories\":{},\"tags\":{},\"exchanges\":{},", json_list(&categories), json_list(&tag_refs), json_list(&exchanges));
-    let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{},", !rng.chance(0.05), rng.chance(0.2));
-    let _ = write!(o, "\"last_updated\":\"{}\",\"updated_at\":\"{}\",\"ohlc_updated_time\":\"\",", format_iso_timestamp(updated), format_iso_timestamp(updated + 1_234));
-    let _ = write!(o, "\"current_price\":\"{price:.2}\",\"circulating_supply\":{supply},\"total_supply\":{supply},\"max_supply\":{max_supply},");
-    let _ = write!(o, "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},", price * max_supply, 1 + rng.below(5000));
+    let _ = write!(o, "{{\"data\":{{\"id\":{id},\"symbol_id\":{id},\"name\":{},\"symbol\":{},", json_string(&name), json_string(&symbol_of(token)));
+    let _ = write!(o, "\"image\":\"https://assets.sandbox.defilens.example/coins/{site}/large.png\",");
+    let _ = write!(o, "\"categories\":{},\"tags\":{},\"exchanges\":{},", json_list(&categories), json_list(&tags), json_list(&exchanges));
+    let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{infinite_supply},", !rng.chance(0.05));
+    let _ = write!(
+        o,
+        "\"last_updated\":\"{}\",\"updated_at\":\"{}\",\"ohlc_updated_time\":\"\",",
+        format_iso_timestamp(updated_ms),
+        format_iso_timestamp(updated_ms + rng.below(60_000) as i64)
+    );
+
+    let _ = write!(o, "\"current_price\":\"{price_text}\",\"circulating_supply\":{circulating:.0},\"total_supply\":{total_supply:.0},\"max_supply\":{max_supply:.0},");
+    let _ = write!(o, "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},", price * total_supply, 1 + rng.below(5000));
     let _ = write!(o, "\"market_cap_dominance\":{:.4},\"total_volume\":{:.2},", rng.range(0.0, 55.0), market_cap * rng.range(0.01, 0.3));
-    let _ = write!(o, "\"ath\":{:.2},\"atl\":{:.4},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{:.3},", price * rng.range(1.0, 3.0), price * rng.range(0.001, 0.5), rng.range(0.0, 12.0), market_cap * rng.range(0.0, 0.1), rng.range(0.1, 12.0));
+    let _ = write!(
+        o,
+        "\"ath\":{:.*},\"atl\":{:.*},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{:.3},",
+        decimals,
+        price * rng.range(1.0, 3.0),
+        decimals + 2,
+        price * rng.range(0.001, 0.5),
+        rng.range(0.0, 12.0),
+        market_cap * rng.range(0.0, 0.1),
+        rng.range(0.1, 12.0)
+    );
     let _ = write!(o, "\"github_commit\":{},\"number_of_holders\":null,", rng.below(60_000));
     if rng.chance(0.5) {
         o.push_str("\"holders_change_percentage_24h\":null,");
     } else {
         let _ = write!(o, "\"holders_change_percentage_24h\":{:.3},", rng.range(-2.0, 2.0));
     }
+
     for field in [
         "market_cap_change_percentage_24h", "market_cap_change_percentage_1w", "market_cap_percentage_change_7d",
         "price_change_percentage_24h", "price_percent_change_1h", "price_percent_change_24h", "price_percent_change_7d",
@@ -154,62 +304,94 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     ] {
         let _ = write!(o, "\"{field}\":{:.4},", rng.range(-25.0, 25.0));
     }
+
     let open_interest = market_cap * rng.range(0.001, 0.05);
     let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{:.6},", rng.range(-0.001, 0.001));
     for window in ["1h", "4h", "24h"] {
         let _ = write!(o, "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},", rng.range(-10.0, 10.0), rng.range(0.5, 2.0));
-        let _ = write!(o, "\"long_liquidation_{window}\":{:.2},\"short_liquidation_{window}\":{:.2},", open_interest * rng.range(0.0, 0.01), open_interest * rng.range(0.0, 0.01));
+        let _ = write!(
+            o,
+            "\"long_liquidation_{window}\":{:.2},\"short_liquidation_{window}\":{:.2},",
+            open_interest * rng.range(0.0, 0.01),
+            open_interest * rng.range(0.0, 0.01)
+        );
     }
-    for (i, interval) in TA_INTERVALS.iter().enumerate() {
+
+    for (step, interval) in TA_INTERVALS.iter().enumerate() {
         for period in [7, 14, 25] {
             let _ = write!(o, "\"rsi{period}_{interval}\":{:.4},", rng.range(5.0, 95.0));
         }
         for period in [5, 20, 100] {
-            let _ = write!(o, "\"sma{period}_{interval}\":{:.6},", price * rng.range(0.9, 1.1));
+            let _ = write!(o, "\"sma{period}_{interval}\":{:.*},", decimals + 2, price * rng.range(0.9, 1.1));
         }
         let middle = price * rng.range(0.95, 1.05);
         let width = middle * rng.range(0.01, 0.1);
-        let _ = write!(o, "\"upper_bband_{interval}\":{:.6},\"middle_bband_{interval}\":{middle:.6},\"lower_bband_{interval}\":{:.6},", middle + width, middle - width);
+        let _ = write!(
+            o,
+            "\"upper_bband_{interval}\":{:.p$},\"middle_bband_{interval}\":{middle:.p$},\"lower_bband_{interval}\":{:.p$},",
+            middle + width,
+            middle - width,
+            p = decimals + 2
+        );
         let macd = if rng.chance(0.5) { "Cross Above" } else { "Cross Below" };
         let _ = write!(o, "\"macd_{interval}\":\"{macd}\",");
-        let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(BASE_MS - (i as i64 + 1) * 300_000));
-        for family in ["single_pattern", "double_pattern", "tripple_pattern", "candlestick_pattern"] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(CANDLES, 3, 0.4)));
+        let ta_updated_ms = SANDBOX_NOW_MS - (step as i64 + 1) * 300_000 - rng.below(60) as i64 * 1000;
+        let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(ta_updated_ms));
+        for (family, names) in [
+            ("single_pattern", SINGLE_CANDLES),
+            ("double_pattern", DOUBLE_CANDLES),
+            ("tripple_pattern", TRIPLE_CANDLES),
+            ("chartpattern", CHART_PATTERNS),
+            ("candlestick_pattern", SUMMARY_CANDLES),
+        ] {
+            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 3, PATTERN_EMPTY_SHARE)));
         }
-        let _ = write!(o, "\"chartpattern_{interval}\":{},", json_list(&rng.some_of(CHARTS, 2, 0.4)));
     }
+
     for interval in GROUPED_INTERVALS {
-        let triangles = rng.some_of(&["ascending_triangle", "descending_triangle", "symmetrical_triangle"], 1, 0.6);
-        let heads = rng.some_of(&["head_and_shoulders", "inverse_head_and_shoulders"], 1, 0.7);
-        let multiples = rng.some_of(&["triple_top", "triple_bottom"], 1, 0.7);
-        let doubles = rng.some_of(&["double_bottom", "double_top"], 1, 0.5);
-        let wedges = rng.some_of(&["rising_wedge", "falling_wedge"], 1, 0.6);
-        let channels = rng.some_of(&["channel_up", "channel_down", "horizontal_channel"], 1, 0.6);
-        let _ = write!(o, "\"triangle_pattern_{interval}\":{},\"head_shoulder_pattern_{interval}\":{},", json_list(&triangles), json_list(&heads));
-        let _ = write!(o, "\"multiple_top_bottom_pattern_{interval}\":{},\"double_top_bottom_pattern_{interval}\":{},", json_list(&multiples), json_list(&doubles));
-        let _ = write!(o, "\"wedge_pattern_{interval}\":{},\"channel_pattern_{interval}\":{},", json_list(&wedges), json_list(&channels));
+        for (family, names) in [
+            ("triangle_pattern", TRIANGLES),
+            ("head_shoulder_pattern", HEAD_SHOULDERS),
+            ("multiple_top_bottom_pattern", MULTIPLE_TOPS_BOTTOMS),
+            ("double_top_bottom_pattern", DOUBLE_TOPS_BOTTOMS),
+            ("wedge_pattern", WEDGES),
+            ("channel_pattern", CHANNELS),
+        ] {
+            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 1, 0.6)));
+        }
     }
-    o.pop(); // the last comma
-    let name = display_name(token);
-    let _ = write!(
-        o,
-        "}},\"generalInfo\":{{\"description\":{},",
-        json_string(&format!("{name} is a digital asset tracked by DeFi Lens. This description is generated by the defilens Sandbox."))
+    o.pop(); // the comma after the last field
+
+    let description = format!(
+        "{name} is a digital asset tracked by DeFi Lens, listed on {} exchanges. This text was generated by the defilens Sandbox and describes nothing real.",
+        exchanges.len()
     );
-    let _ = write!(o, "\"websites\":[\"https://{0}.example.org\"],\"explorers\":[\"https://explorer.example/{0}\",\"https://scan.example/{0}\"],", rng.next_u64() % 100_000);
-    let link = |rng: &mut Rng, site: &str| {
-        if rng.chance(0.3) { "null".to_string() } else { format!("\"https://{site}/{}\"", rng.next_u64() % 100_000) }
+    let _ = write!(o, "}},\"generalInfo\":{{\"description\":{},", json_string(&description));
+    let _ = write!(o, "\"websites\":[\"https://{site}.example.org\"],");
+    let _ = write!(o, "\"explorers\":[\"https://explorer.example.com/token/{site}\",\"https://scan.example.net/address/0x{:016x}\"],", rng.next_u64());
+    let mut community_link = |host: &str, prefix: &str| {
+        if rng.chance(0.3) {
+            "null".to_string()
+        } else {
+            format!("\"https://{host}/{prefix}{site}\"")
+        }
     };
-    let (twitter, reddit, facebook, github, telegram) = (
-        link(&mut rng, "twitter.com"),
-        link(&mut rng, "reddit.com/r"),
-        link(&mut rng, "facebook.com"),
-        link(&mut rng, "github.com"),
-        link(&mut rng, "t.me"),
-    );
+    let twitter = community_link("twitter.com", "");
+    let reddit = community_link("www.reddit.com", "r/");
+    let facebook = community_link("www.facebook.com", "");
+    let github = community_link("github.com", "");
+    let telegram = community_link("t.me", "");
     let _ = write!(o, "\"community\":{{\"twitter\":{twitter},\"reddit\":{reddit},\"facebook\":{facebook},\"github\":{github},\"telegram\":{telegram}}},");
-    if rng.chance(0.2) {
-        let _ = write!(o, "\"chains\":[{{\"name\":\"ethereum\",\"address\":\"0x{:016x}\"}}],", rng.next_u64());
+    if rng.chance(0.25) {
+        o.push_str("\"chains\":[");
+        let chain_count = 1 + rng.below(3);
+        for (i, chain) in ["ethereum", "binance-smart-chain", "arbitrum-one"].iter().take(chain_count).enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let _ = write!(o, "{{\"name\":\"{chain}\",\"address\":\"0x{:016x}{:016x}{:08x}\"}}", rng.next_u64(), rng.next_u64(), rng.next_u64() as u32);
+        }
+        o.push_str("],");
     } else {
         o.push_str("\"chains\":[],");
     }
@@ -217,46 +399,60 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     out
 }
 
-/// The markets body (`{"data": [...], "total": N}`).
+/// The markets body (`{"data": [...], "total": N}`): 3 to 30 entries with distinct
+/// (exchange, quote) pairs around the listing's price. About one token in five reports a `total`
+/// larger than the list, as the service sometimes does.
 pub fn markets_body(seed: u64, token: &str) -> String {
     let mut rng = Rng::new(seed, token, "markets");
-    let price = price_of(seed, token);
-    let count = 3 + rng.below(28);
-    let shares: Vec<f64> = (0..count).map(|_| rng.range(0.1, 1.0)).collect();
-    let share_total: f64 = shares.iter().sum();
-    let volume = price * rng.range(1e5, 1e9);
+    let (_, price) = price_of(seed, token);
+    let decimals = price_decimals(price) + 2;
     let symbol = symbol_of(token);
-    let mut out = String::with_capacity(count * 420 + 32);
+    let count = 3 + rng.below(28);
+    let shares: Vec<f64> = (0..count).map(|_| rng.range(0.05, 1.0).powi(3)).collect();
+    let share_total: f64 = shares.iter().sum();
+    let total_volume = rng.range(1e5, 1e10);
+
+    // Walk the (exchange, quote) grid from a random start with a stride coprime to its size, so
+    // pairs never repeat within a body.
+    let pair_count = EXCHANGES.len() * QUOTES.len();
+    let start = rng.below(pair_count);
+    let stride = [7, 11, 13, 17, 19, 23][rng.below(6)];
+
+    let mut out = String::with_capacity(count * 480 + 32);
     out.push_str("{\"data\":[");
     for (i, share) in shares.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        let exchange = rng.pick(EXCHANGES);
-        let quote = rng.pick(QUOTES);
-        let percent = share / share_total * 100.0;
+        let pair_index = (start + i * stride) % pair_count;
+        let exchange = EXCHANGES[pair_index / QUOTES.len()];
+        let quote = QUOTES[pair_index % QUOTES.len()];
+        let exchange_slug = slug(exchange);
+        let volume_percent = share / share_total * 100.0;
+        let volume_usd = total_volume * volume_percent / 100.0;
         let _ = write!(
             out,
-            "{{\"id\":\"{:x}\",\"exchangeName\":{},\"exchangeImage\":\"https://images.example/exchanges/{}.png\",\"marketPair\":{},\"marketUrl\":\"https://{}.example/trade/{}\",",
+            "{{\"id\":\"{:016x}\",\"exchangeName\":{},\"exchangeImage\":\"https://assets.sandbox.defilens.example/exchanges/{exchange_slug}.png\",",
             rng.next_u64(),
-            json_string(exchange),
-            slug(exchange),
-            json_string(&format!("{symbol}/{quote}")),
-            slug(exchange),
-            i
+            json_string(exchange)
         );
         let _ = write!(
             out,
-            "\"price\":{:.6},\"volumeUsd\":{:.2},\"liquidity_score\":{},\"depthUsdPositiveTwo\":{:.2},\"depthUsdNegativeTwo\":{:.2},\"volumePercent\":{percent:.4},\"marketReputation\":{}}}",
+            "\"marketPair\":{},\"marketUrl\":\"https://{exchange_slug}.example.com/trade/{symbol}_{quote}\",",
+            json_string(&format!("{symbol}/{quote}"))
+        );
+        let _ = write!(
+            out,
+            "\"price\":{:.*},\"volumeUsd\":{volume_usd:.2},\"liquidity_score\":{},\"depthUsdPositiveTwo\":{:.2},\"depthUsdNegativeTwo\":{:.2},\"volumePercent\":{volume_percent:.4},\"marketReputation\":{}}}",
+            decimals,
             price * rng.range(0.995, 1.005),
-            volume * percent / 100.0,
             rng.below(1001),
-            volume * rng.range(0.001, 0.02),
-            volume * rng.range(0.001, 0.02),
-            rng.below(2)
+            volume_usd * rng.range(0.001, 0.05),
+            volume_usd * rng.range(0.001, 0.05),
+            rng.below(6)
         );
     }
-    let total = if rng.chance(0.2) { count + 1 + rng.below(20) } else { count };
+    let total = if rng.chance(0.2) { count + 1 + rng.below(40) } else { count };
     let _ = write!(out, "],\"total\":{total}}}");
     out
 }
@@ -264,46 +460,153 @@ pub fn markets_body(seed: u64, token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    fn parse(body: &str) -> Value {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("invalid JSON ({e}): {body}"))
+    }
 
     #[test]
-    fn bodies_are_valid_deterministic_and_complete() {
+    fn listing_is_valid_deterministic_and_varies_with_its_inputs() {
         let body = listing_body(0, "bitcoin");
         assert_eq!(body, listing_body(0, "bitcoin"));
         assert_ne!(body, listing_body(1, "bitcoin"));
-        let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_ne!(body, listing_body(0, "ethereum"));
+        let value = parse(&body);
+        assert!(value["data"].is_object() && value["generalInfo"].is_object());
+        assert!((4_000..12_000).contains(&body.len()), "listing body is {} bytes", body.len());
+    }
+
+    #[test]
+    fn listing_has_every_field_family_and_the_quirks() {
+        let value = parse(&listing_body(7, "bitcoin"));
         let data = &value["data"];
-        assert!(data["current_price"].is_string());
+        let families: &[&[&str]] = &[
+            &["id", "symbol_id", "name", "symbol", "image", "categories", "tags", "exchanges", "is_active", "infinite_supply", "last_updated", "updated_at", "ohlc_updated_time"],
+            &["current_price", "circulating_supply", "total_supply", "max_supply", "fully_diluted_valuation", "market_cap", "market_cap_rank", "market_cap_dominance", "total_volume", "ath", "atl", "apy", "tvl", "day_volatility", "github_commit", "number_of_holders", "holders_change_percentage_24h"],
+            &["market_cap_change_percentage_24h", "market_cap_percentage_change_7d", "price_percent_change_90d", "volume_percentage_change_7d", "supply_percentage_change_24h"],
+            &["open_interest", "open_interest_change_4h", "funding_rate", "long_short_ratio_24h", "long_liquidation_1h", "short_liquidation_24h"],
+            &["rsi7_5m", "rsi14_1w", "rsi25_24h", "sma5_15m", "sma100_1w", "upper_bband_1h", "middle_bband_24h", "lower_bband_5m", "macd_1h", "ta_15m_updated_at"],
+            &["single_pattern_5m", "double_pattern_1w", "tripple_pattern_1h", "chartpattern_24h", "candlestick_pattern_5m"],
+            &["triangle_pattern_4h", "head_shoulder_pattern_5m", "multiple_top_bottom_pattern_1h", "double_top_bottom_pattern_24h", "wedge_pattern_4h", "channel_pattern_15m"],
+        ];
+        for key in families.iter().flat_map(|family| family.iter()) {
+            assert!(data.get(*key).is_some(), "missing {key}");
+        }
+        for absent in ["rsi7_4h", "macd_4h", "single_pattern_4h", "wedge_pattern_1w", "triple_pattern_1h"] {
+            assert!(data.get(absent).is_none(), "unexpected {absent}");
+        }
+        assert_eq!(data["id"], "bitcoin");
+        assert_eq!(data["symbol"], "BTC");
+        assert_eq!(data["name"], "Bitcoin");
+        let price = data["current_price"].as_str().expect("current_price is a string");
+        assert!(price.parse::<f64>().is_ok_and(|p| p > 0.0), "{price}");
         assert!(data["number_of_holders"].is_null());
         assert_eq!(data["ohlc_updated_time"], "");
-        for key in ["rsi7_5m", "sma100_1w", "lower_bband_24h", "macd_1h", "ta_15m_updated_at", "tripple_pattern_1h",
-                    "chartpattern_1w", "wedge_pattern_4h", "channel_pattern_5m", "short_liquidation_24h"] {
-            assert!(data.get(key).is_some(), "{key}");
+        assert!(data["market_cap_rank"].is_u64() && data["github_commit"].is_u64());
+        assert!(data["macd_24h"] == "Cross Above" || data["macd_24h"] == "Cross Below");
+        let updated = data["last_updated"].as_str().unwrap_or_default();
+        assert!(updated.starts_with("2026-") && updated.ends_with('Z') && updated.len() == 24, "{updated}");
+        let ta_updated = data["ta_1h_updated_at"].as_str().unwrap_or_default();
+        assert!(ta_updated.starts_with("2026-") && ta_updated.ends_with("+00") && ta_updated.len() == 22, "{ta_updated}");
+        for interval in TA_INTERVALS {
+            let band = |name: &str| data[format!("{name}_bband_{interval}")].as_f64().unwrap_or(f64::NAN);
+            assert!(band("upper") > band("middle") && band("middle") > band("lower"));
+            let rsi = data[format!("rsi14_{interval}")].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=100.0).contains(&rsi));
         }
-        assert!(data.get("rsi7_4h").is_none() && data.get("wedge_pattern_1w").is_none());
-        assert!(value["generalInfo"]["community"].is_object());
-        assert!(body.len() > 4000, "{}", body.len());
-        let markets: serde_json::Value = serde_json::from_str(&markets_body(0, "bitcoin")).unwrap();
-        let entries = markets["data"].as_array().unwrap();
-        assert!(entries.len() >= 3 && markets["total"].as_u64().unwrap() >= entries.len() as u64);
+        let info = &value["generalInfo"];
+        for key in ["description", "websites", "explorers", "community", "chains", "categories"] {
+            assert!(info.get(key).is_some(), "missing generalInfo.{key}");
+        }
+        for key in ["twitter", "reddit", "facebook", "github", "telegram"] {
+            let link = &info["community"][key];
+            assert!(link.is_null() || link.is_string());
+        }
+    }
+
+    #[test]
+    fn pattern_arrays_are_sometimes_empty_and_chains_sometimes_filled() {
+        let (mut empty, mut filled, mut with_chains, mut holders_null) = (0, 0, 0, 0);
+        for i in 0..50 {
+            let value = parse(&listing_body(0, &format!("token-{i}")));
+            for (key, field) in value["data"].as_object().into_iter().flatten() {
+                if key.contains("pattern") {
+                    let names = field.as_array().expect("pattern fields are arrays");
+                    assert!(names.iter().all(Value::is_string));
+                    if names.is_empty() { empty += 1 } else { filled += 1 }
+                }
+            }
+            if value["generalInfo"]["chains"].as_array().is_some_and(|c| !c.is_empty()) {
+                with_chains += 1;
+            }
+            if value["data"]["holders_change_percentage_24h"].is_null() {
+                holders_null += 1;
+            }
+        }
+        assert!(empty > 0 && filled > 0, "{empty} empty, {filled} filled");
+        assert!((1..50).contains(&with_chains), "{with_chains}");
+        assert!((1..50).contains(&holders_null), "{holders_null}");
     }
 
     #[test]
     fn odd_token_ids_stay_valid_json() {
-        for token in ["a\"b", "back\\slash", "new\nline", "ünï", "", "a/b"] {
-            let value: serde_json::Value = serde_json::from_str(&listing_body(3, token)).unwrap();
-            assert_eq!(value["data"]["id"], token);
-            serde_json::from_str::<serde_json::Value>(&markets_body(3, token)).unwrap();
+        for token in ["a\"b", "back\\slash", "new\nline\u{1}", "ünïcödé-币", "", "a/b", "</script>", "   "] {
+            let listing = parse(&listing_body(3, token));
+            assert_eq!(listing["data"]["id"], token);
+            assert_eq!(listing["data"]["symbol_id"], token);
+            parse(&markets_body(3, token));
         }
     }
 
     #[test]
+    fn markets_are_valid_deterministic_and_plausible() {
+        let body = markets_body(0, "bitcoin");
+        assert_eq!(body, markets_body(0, "bitcoin"));
+        assert_ne!(body, markets_body(1, "bitcoin"));
+        assert_ne!(body, markets_body(0, "ethereum"));
+        let value = parse(&body);
+        let entries = value["data"].as_array().expect("data is an array");
+        assert!((3..=30).contains(&entries.len()));
+        let price: f64 = parse(&listing_body(0, "bitcoin"))["data"]["current_price"].as_str().and_then(|p| p.parse().ok()).unwrap_or(0.0);
+        let mut pairs = std::collections::HashSet::new();
+        let mut percent_sum = 0.0;
+        for entry in entries {
+            for key in ["id", "exchangeName", "exchangeImage", "marketPair", "marketUrl", "price", "volumeUsd", "liquidity_score", "depthUsdPositiveTwo", "depthUsdNegativeTwo", "volumePercent", "marketReputation"] {
+                assert!(entry.get(key).is_some(), "missing {key}");
+            }
+            let pair = entry["marketPair"].as_str().unwrap_or_default();
+            assert!(pair.starts_with("BTC/"), "{pair}");
+            assert!(pairs.insert((entry["exchangeName"].to_string(), pair.to_string())), "repeated pair {pair}");
+            assert!(entry["liquidity_score"].as_u64().is_some_and(|s| s <= 1000));
+            assert!(entry["marketReputation"].is_u64());
+            let market_price = entry["price"].as_f64().unwrap_or(0.0);
+            assert!((market_price / price - 1.0).abs() < 0.01, "{market_price} vs {price}");
+            percent_sum += entry["volumePercent"].as_f64().unwrap_or(0.0);
+        }
+        assert!((percent_sum - 100.0).abs() < 0.1, "{percent_sum}");
+    }
+
+    #[test]
     fn some_totals_exceed_the_list() {
-        let larger = (0..100)
+        let larger = (0..200)
             .filter(|i| {
-                let v: serde_json::Value = serde_json::from_str(&markets_body(0, &format!("t{i}"))).unwrap();
-                v["total"].as_u64().unwrap() > v["data"].as_array().unwrap().len() as u64
+                let value = parse(&markets_body(0, &format!("t{i}")));
+                let listed = value["data"].as_array().map_or(0, Vec::len) as u64;
+                let total = value["total"].as_u64().unwrap_or(0);
+                assert!(total >= listed);
+                total > listed
             })
             .count();
-        assert!((5..50).contains(&larger), "{larger}");
+        assert!((15..80).contains(&larger), "{larger} of 200");
+    }
+
+    #[test]
+    fn prices_keep_significant_digits() {
+        for i in 0..200 {
+            let (text, value) = price_of(0, &format!("p{i}"));
+            assert!(value > 0.0, "{text}");
+            assert_eq!(text.parse::<f64>().ok(), Some(value));
+        }
     }
 }

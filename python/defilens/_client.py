@@ -115,7 +115,7 @@ class _BaseClient:
 
     @property
     def base_url(self) -> str:
-        return self._settings["base_url"]
+        return str(self._settings["base_url"])
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())

@@ -3,14 +3,33 @@
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
+from typing_extensions import final
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "INTERVALS",
+    "__version__",
+    "Engine",
+    "FetchJob",
+    "RawBodies",
+    "Sandbox",
+    "empty_frames",
+    "parse_markets",
+    "parse_token",
+    "parse_tokens",
+    "sandbox_listing_body",
+    "sandbox_markets_body",
+]
 
 __version__: str
 DEFAULT_BASE_URL: str
 DEFAULT_MAX_RESPONSE_BYTES: int
 INTERVALS: List[str]
 
-Body = Union[bytes, bytearray, str]
+_Body = Union[bytes, bytearray, str]
 
+@final
 class Engine:
     """The Rust side of `Client` / `AsyncClient`; settings arrive resolved."""
 
@@ -34,6 +53,7 @@ class Engine:
         """The URL a request for ``token_id`` goes to."""
     def clear_cache(self) -> None: ...
 
+@final
 class FetchJob:
     """A batch running in Rust."""
 
@@ -48,6 +68,7 @@ class FetchJob:
     def add_done_callback(self, callback: Callable[[], object]) -> None:
         """Calls ``callback()`` from a Rust thread when the batch ends."""
 
+@final
 class RawBodies:
     """Successful response bodies kept for ``Frames.raw``."""
 
@@ -55,6 +76,7 @@ class RawBodies:
     def items(self) -> List[Tuple[str, str, bytes]]:
         """``[(token, endpoint, body), ...]`` in fetch order."""
 
+@final
 class Sandbox:
     """A local fake of the DeFi Lens service, served from Rust on 127.0.0.1.
 
@@ -74,7 +96,7 @@ class Sandbox:
         drop_rate: float = 0.0,
         truncate_rate: float = 0.0,
         invalid_json_rate: float = 0.0,
-        host: str = "127.0.0.1",
+        host: Optional[str] = None,
         port: int = 0,
     ) -> Sandbox: ...
     @property
@@ -90,17 +112,17 @@ class Sandbox:
     def __enter__(self) -> Sandbox: ...
     def __exit__(self, *_exc: object) -> bool: ...
 
-def parse_token(body: Body, token_id: Optional[str] = None, fetched_at_ms: Optional[int] = None) -> Dict[str, pl.DataFrame]:
+def parse_token(body: _Body, token_id: Optional[str] = None, fetched_at_ms: Optional[int] = None) -> Dict[str, pl.DataFrame]:
     """Parses one listing body into the listing frames."""
 
 def parse_tokens(
-    bodies: Sequence[Body],
+    bodies: Sequence[_Body],
     token_ids: Optional[Sequence[Optional[str]]] = None,
     fetched_at_ms: Optional[int] = None,
 ) -> Dict[str, pl.DataFrame]:
     """Parses many listing bodies into one set of frames in one call."""
 
-def parse_markets(body: Body, token_id: str, fetched_at_ms: Optional[int] = None) -> Tuple[pl.DataFrame, Optional[int]]:
+def parse_markets(body: _Body, token_id: str, fetched_at_ms: Optional[int] = None) -> Tuple[pl.DataFrame, Optional[int]]:
     """Parses one markets body; returns (markets frame, the body's ``total``)."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:

@@ -71,6 +71,8 @@ class Frames:
     info: pl.DataFrame
     markets: pl.DataFrame
     log: pl.DataFrame
+    _raw_items: "list[tuple[str, str, Any]] | None"
+    _raw_source: Any
 
     def __init__(self, frames: "dict[str, pl.DataFrame]", raw: Any = None) -> None:
         empty = None

@@ -50,7 +50,7 @@ class _PlainBar:
 
 class _TqdmBar:
     def __init__(self, total: int, description: str) -> None:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
         self.bar = tqdm(total=total, desc=description, unit="req", leave=False)
 
