@@ -45,6 +45,9 @@ print(json.dumps({
     "baseline_mib": baseline / MIB, "peak_mib": peak / MIB, "after_fetch_mib": after / MIB,
     "after_release_mib": process.memory_info().rss / MIB,
     "frames_mib": sum(sizes.values()) / MIB, "frame_mib": {k: v / MIB for k, v in sizes.items()},
+    # The bytes received (the Sandbox's bodies are a function of the id; seed 0): defilens keeps
+    # them for Frames.raw, so they are part of what a fetch holds on to.
+    "bodies_mib": sum(len(defilens.testing.listing_body(f"mem-{i}").encode()) for i in range(n)) / MIB,
 }))
 """
 
@@ -85,6 +88,7 @@ def report(m: Dict[str, object], imports: Dict[str, float], runs: int) -> Dict[s
         ["RSS after fetch returned (frames alive)", f"{m['after_fetch_mib']:.0f} MiB"],
         ["RSS after the frames were released", f"{m['after_release_mib']:.0f} MiB"],
         ["frames' estimated_size(), summed", f"{m['frames_mib']:.1f} MiB ({frames})"],
+        ["response bodies received (kept by defilens for `Frames.raw`)", f"{m['bodies_mib']:.1f} MiB"],
         [f"import polars (best of {runs}, fresh interpreters)", f"{imports['polars'] * 1000:.0f} ms"],
         [f"import defilens (includes polars)", f"{imports['defilens'] * 1000:.0f} ms"],
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ def run(script: str, limit: int, quick: bool, folder: Path) -> Dict[str, object]
     return json.loads(out.read_text())
 
 
-def document(sections: List[Dict[str, object]], quick: bool, seconds: float) -> str:
+def document(sections: List[Dict[str, object]], quick: bool, seconds: float, load: str) -> str:
     targets = [t for s in sections for t in s["targets"]]  # type: ignore[union-attr]
     misses = sum(1 for t in targets if t["passed"] is False)
     passes = sum(1 for t in targets if t["passed"] is True)
@@ -56,7 +57,8 @@ def document(sections: List[Dict[str, object]], quick: bool, seconds: float) -> 
         f"Machine: {machine()}.",
         "",
         f"Run with `/work/venv/bin/python benchmarks/run_all.py{' --quick' if quick else ''}` in {seconds:.0f} s. "
-        "Every figure comes from this one run; the Sandbox served every request from a separate process on 127.0.0.1.",
+        "Every figure comes from this one run; the Sandbox served every request from a separate process on 127.0.0.1. "
+        f"Load average (1 min) before and after: {load} (other work on the machine skews the figures).",
         "",
         f"## Targets: {passes} PASS, {misses} MISS",
         "",
@@ -73,10 +75,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="defilens-bench-") as folder:
         sections = [run(script, limit, args.quick, Path(folder)) for script, limit in BENCHMARKS]
-    text = document(sections, args.quick, time.perf_counter() - started)
+    load = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
+    text = document(sections, args.quick, time.perf_counter() - started, load)
     args.out.write_text(text)
     print(text)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -196,7 +196,7 @@ mod tests {
         assert!(!api(501).is_retryable());
         assert!(!api(404).is_retryable());
         let decode = Error::Decode {
-            token: None,
+            token: Some("eth".into()),
             endpoint: Endpoint::Markets,
             field: Some("price".into()),
             offset: Some(12),
@@ -204,7 +204,7 @@ mod tests {
         };
         assert!(!decode.is_retryable());
         assert_eq!(
-            decode.with_token("eth").to_string(),
+            decode.to_string(),
             "could not decode the markets response for token \"eth\" at field \"price\" (byte 12): bad"
         );
     }

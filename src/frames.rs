@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use polars::prelude::*;
 
-use crate::model::{ScalarType, INTERVALS, MARKET_FIELDS, SNAPSHOT_FIELDS, COMMUNITY_KEYS};
+use crate::model::{ScalarType, INTERVALS, MARKET_FIELDS};
 use crate::value::Typed;
 
 /// `pl.Enum(["5m", "15m", "1h", "4h", "24h", "1w"])`, the same in every frame.
@@ -163,21 +163,6 @@ impl ListingFrames {
             ("info", self.info),
         ]
     }
-}
-
-/// Column names of the snapshot frame after `token` and `fetched_at`.
-pub fn snapshot_field_names() -> impl Iterator<Item = &'static str> {
-    SNAPSHOT_FIELDS.iter().map(|(n, _)| *n)
-}
-
-pub const INFO_LIST_COLUMNS: [&str; 2] = ["websites", "explorers"];
-
-/// Column names of the info frame, in order.
-pub fn info_columns() -> Vec<&'static str> {
-    let mut names = vec!["token", "description", "websites", "explorers"];
-    names.extend(COMMUNITY_KEYS);
-    names.extend(["chains", "categories"]);
-    names
 }
 
 /// Column names of the markets frame, in order.
