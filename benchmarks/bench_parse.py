@@ -24,6 +24,7 @@ import defilens
 
 PARSE = "defilens.parse_tokens"
 FLOOR = "orjson.loads only (floor, no frames)"
+FLOOR_NO_GC = "orjson.loads only, cyclic GC off (stricter floor)"
 TUNED = "tuned Python (orjson + column lists + polars)"
 IDIOMATIC = "idiomatic Python (json + row dicts + polars)"
 
@@ -40,10 +41,25 @@ def check_same_frames(bodies: List[bytes]) -> None:
     peers.check_equal(peers.idiomatic(bodies), reference, "idiomatic Python")
 
 
+def without_gc(function: Callable[[], object]) -> Callable[[], object]:
+    """Keeping 20,000 parsed dicts alive sets off Python's cyclic GC again and again; with it off,
+    the floor is orjson's own speed, the harder figure to beat."""
+
+    def run() -> object:
+        gc.disable()
+        try:
+            return function()
+        finally:
+            gc.enable()
+
+    return run
+
+
 def contenders(bodies: List[bytes]) -> Dict[str, Callable[[], object]]:
     return {
         PARSE: lambda: defilens.parse_tokens(bodies),
         FLOOR: lambda: [orjson.loads(body) for body in bodies],
+        FLOOR_NO_GC: without_gc(lambda: [orjson.loads(body) for body in bodies]),
         TUNED: lambda: peers.tuned(bodies),
         IDIOMATIC: lambda: peers.idiomatic(bodies),
     }
@@ -75,9 +91,12 @@ def report(results: Dict[int, Tuple[float, Dict[str, float]]], runs: int) -> Dic
         for name, s in seconds.items():
             rows.append([f"{n:,}", f"{megabytes:.1f}", name, f"{s * 1000:,.1f}", f"{megabytes / s:,.0f}",
                          "1.00x" if name == PARSE else f"{s / ours:.2f}x"])
-        floor_ratio, idiomatic_ratio = seconds[FLOOR] / ours, seconds[IDIOMATIC] / ours
-        targets.append(target(f"parse_tokens vs orjson.loads alone, {n:,} bodies",
-                              f"{floor_ratio:.2f}x as fast ({ours * 1000:,.0f} vs {seconds[FLOOR] * 1000:,.0f} ms)",
+        # The target is judged against the faster of the two floors (GC off): the stricter reading.
+        floor = min(seconds[FLOOR], seconds[FLOOR_NO_GC])
+        floor_ratio, idiomatic_ratio = floor / ours, seconds[IDIOMATIC] / ours
+        targets.append(target(f"parse_tokens vs orjson.loads alone (GC off), {n:,} bodies",
+                              f"{floor_ratio:.2f}x as fast ({ours * 1000:,.0f} vs {floor * 1000:,.0f} ms; "
+                              f"{seconds[FLOOR] * 1000:,.0f} ms with GC on)",
                               ">= 1x (no slower)", floor_ratio >= 1.0))
         targets.append(target(f"parse_tokens vs idiomatic Python, {n:,} bodies", f"{idiomatic_ratio:.1f}x as fast",
                               ">= 20x", idiomatic_ratio >= 20.0))
@@ -85,7 +104,7 @@ def report(results: Dict[int, Tuple[float, Dict[str, float]]], runs: int) -> Dic
                               f"{seconds[TUNED] / ours:.1f}x as fast", "-", None))
     body = (
         f"Best of up to {runs} runs (2 for the Python implementations at 20,000 bodies). Bodies: the Sandbox's "
-        "listings (~5.8 KB each), as bytes. All four read every body; the three frame builders produce "
+        "listings (~6 KB each), as bytes. All read every body; the three frame builders produce "
         "identical `snapshot`, `indicators`, `signals`, `patterns`, `ta_updated` and `info` frames "
         "(checked with `assert_frame_equal` before timing). \"time vs defilens\" > 1 means defilens is faster.\n\n"
         + table(["bodies", "MB", "implementation", "best (ms)", "MB/s", "time vs defilens"], rows, "rrlrrr")
