@@ -9,6 +9,7 @@ pub mod flatten;
 pub mod frames;
 pub mod http;
 pub mod model;
+pub mod precise_timer;
 pub mod retry;
 pub mod runtime;
 pub mod sandbox;

@@ -11,7 +11,8 @@
 //!
 //! Order of decisions for each request:
 //! 1. a head that cannot be parsed gets 400 and the connection is closed;
-//! 2. `latency` is waited (every answer pays it, errors included);
+//! 2. every answer, errors included, is sent `latency` after its request arrived (timed to a
+//!    few tens of microseconds by `precise_timer`, not by tokio's millisecond wheel);
 //! 3. methods other than GET and HEAD get 405, paths other than the two routes get 404 (a token
 //!    segment with a malformed percent-escape or non-UTF-8 bytes gets 400);
 //! 4. the key: with `api_key` set, a missing or different `x-partner-key` gets 401. This comes
@@ -33,6 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
+use crate::precise_timer;
 use crate::runtime::runtime;
 use crate::sandbox_data::{stable_hash, unit_interval};
 pub use crate::sandbox_data::{listing_body, markets_body};
@@ -605,12 +607,17 @@ fn invalid_json_body(endpoint: Endpoint, token: &str) -> String {
     }
 }
 
-/// Decides the answer to one request (see the module docs for the order).
+/// The answer to one request, sent `latency` after the request arrived.
 async fn respond(shared: &Shared, request: &Request) -> Reply {
+    let due = std::time::Instant::now() + shared.config.latency;
+    let reply = decide(shared, request);
+    precise_timer::sleep_until(due).await;
+    reply
+}
+
+/// Decides the answer to one request (see the module docs for the order).
+fn decide(shared: &Shared, request: &Request) -> Reply {
     let config = &shared.config;
-    if !config.latency.is_zero() {
-        tokio::time::sleep(config.latency).await;
-    }
     if request.method == Method::Other {
         return Reply::error(405, "method not allowed: the service is read-only (GET)");
     }

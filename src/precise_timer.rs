@@ -1,0 +1,133 @@
+//! Async sleeps that end within a few tens of microseconds of their deadline, for the
+//! Sandbox's `latency`.
+//!
+//! tokio's timer wheel has millisecond resolution and rounds every deadline up, so
+//! `tokio::time::sleep(20 ms)` takes 21-22 ms. A Sandbox that answered that late would make
+//! every throughput measurement against it measure the timer instead of the client. Here one
+//! thread keeps the deadlines in a heap and waits on a condition variable, whose timeouts the
+//! kernel keeps with high-resolution timers.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::{Condvar, LazyLock, Mutex};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+/// Completes at `deadline` (at once if it has passed).
+pub async fn sleep_until(deadline: Instant) {
+    if deadline <= Instant::now() {
+        return;
+    }
+    let (wake, woken) = oneshot::channel();
+    TIMER.schedule(deadline, wake);
+    // An error means the timer thread is gone (it never exits, short of a panic): do not hang.
+    let _ = woken.await;
+}
+
+static TIMER: LazyLock<&'static Timer> = LazyLock::new(|| {
+    let timer: &'static Timer = Box::leak(Box::new(Timer {
+        deadlines: Mutex::new(BinaryHeap::new()),
+        earliest_changed: Condvar::new(),
+    }));
+    std::thread::Builder::new()
+        .name("defilens-precise-timer".into())
+        .spawn(move || timer.run())
+        .expect("the timer thread starts");
+    timer
+});
+
+struct Timer {
+    deadlines: Mutex<BinaryHeap<Entry>>,
+    earliest_changed: Condvar,
+}
+
+struct Entry {
+    deadline: Instant,
+    wake: oneshot::Sender<()>,
+}
+
+// Ordered so that the heap's top is the earliest deadline.
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.deadline.cmp(&self.deadline)
+    }
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.deadline == other.deadline
+    }
+}
+
+impl Eq for Entry {}
+
+impl Timer {
+    fn schedule(&self, deadline: Instant, wake: oneshot::Sender<()>) {
+        let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
+        let becomes_earliest = deadlines.peek().is_none_or(|top| deadline < top.deadline);
+        deadlines.push(Entry { deadline, wake });
+        drop(deadlines);
+        if becomes_earliest {
+            self.earliest_changed.notify_one();
+        }
+    }
+
+    fn run(&self) {
+        let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let now = Instant::now();
+            while deadlines.peek().is_some_and(|top| top.deadline <= now) {
+                if let Some(entry) = deadlines.pop() {
+                    // The sleeper may be gone (its connection closed); nothing to do then.
+                    let _ = entry.wake.send(());
+                }
+            }
+            deadlines = match deadlines.peek() {
+                None => self.earliest_changed.wait(deadlines).unwrap_or_else(|p| p.into_inner()),
+                Some(top) => {
+                    let timeout = top.deadline.saturating_duration_since(now);
+                    let waited = self.earliest_changed.wait_timeout(deadlines, timeout);
+                    waited.unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sleeps_end_in_deadline_order_and_close_to_it() {
+        let started = Instant::now();
+        let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+        crate::runtime::runtime().block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            for millis in [30u64, 10, 20, 0] {
+                let order = order.clone();
+                tasks.spawn(async move {
+                    sleep_until(started + Duration::from_millis(millis)).await;
+                    let late = Instant::now().saturating_duration_since(started + Duration::from_millis(millis));
+                    order.lock().unwrap().push(millis);
+                    late
+                });
+            }
+            while let Some(late) = tasks.join_next().await {
+                // Generous: a busy test machine can delay any thread, but never by a whole tick
+                // of tokio's wheel on an idle one.
+                assert!(late.unwrap() < Duration::from_millis(250));
+            }
+        });
+        assert_eq!(*order.lock().unwrap(), vec![0, 10, 20, 30]);
+        assert!(started.elapsed() >= Duration::from_millis(30));
+    }
+}
