@@ -14,7 +14,8 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3_polars::PyDataFrame;
 
 use crate::error::{Endpoint, Error};
-use crate::fetch::{dedupe, FetchOutcome, Job, RawBody};
+use crate::fetch::{dedupe, FetchOutcome, Job};
+use crate::raw_store::RawStore;
 use crate::flatten::{self, ListingBody, MarketsBody};
 use crate::frames::ListingFrames;
 use crate::http::{validate_token_id, ClientConfig, HttpClient};
@@ -108,10 +109,10 @@ fn listing_frames_dict<'py>(py: Python<'py>, frames: ListingFrames) -> PyResult<
     Ok(dict)
 }
 
-/// Response bodies kept for `Frames.raw`, parsed only when asked for.
+/// Response bodies kept for `Frames.raw` (compressed), parsed only when asked for.
 #[pyclass(frozen, module = "defilens._core")]
 pub struct RawBodies {
-    bodies: Vec<RawBody>,
+    bodies: RawStore,
 }
 
 #[pymethods]
@@ -120,12 +121,17 @@ impl RawBodies {
         self.bodies.len()
     }
 
+    /// Bytes held for the bodies (they are kept compressed).
+    fn stored_bytes(&self) -> usize {
+        self.bodies.stored_bytes()
+    }
+
     /// `[(token, endpoint, body_bytes), ...]` in fetch order.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let items = self
             .bodies
             .iter()
-            .map(|raw| (raw.token.as_str(), raw.endpoint.as_str(), PyBytes::new(py, &raw.body)))
+            .map(|(token, endpoint, body)| (token, endpoint.as_str(), PyBytes::new(py, &body)))
             .map(|t| t.into_pyobject(py))
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)

@@ -1,21 +1,27 @@
 //! Batch fetching: every (token, endpoint) exchange of a batch in flight at once (bounded by
-//! the client), then all bodies parsed in one pass into frames, with a log row per exchange.
+//! the client), each body parsed into the frames as soon as it and every exchange before it
+//! have arrived, with a log row per exchange.
+//!
+//! Parsing while the network is busy takes the parse off the end of the batch, and turns each
+//! body into columns (and a compressed copy for `Frames.raw`) right away, so a large batch never
+//! holds all of its bodies at once.
 //!
 //! A batch runs as a `Job` on the global runtime, so the caller can wait for it in slices
 //! (to check for Ctrl-C and draw progress) or be called back when it ends (asyncio).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use polars::prelude::DataFrame;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::error::{Endpoint, Error};
-use crate::flatten::{self, ListingBody, MarketsBody};
+use crate::flatten::{ListingBody, ListingBuilder, MarketsBody, MarketsBuilder};
 use crate::frames::{log_frame, ListingFrames, LogRecord};
 use crate::http::{Exchange, HttpClient};
+use crate::raw_store::{CompressedBody, RawStore};
 use crate::runtime::runtime;
 
 /// Keeps the first occurrence of each id, in order.
@@ -30,24 +36,18 @@ pub struct Progress {
     pub total: AtomicUsize,
 }
 
-/// A successful response body, kept for `Frames.raw`.
-pub struct RawBody {
-    pub token: String,
-    pub endpoint: Endpoint,
-    pub body: Bytes,
-}
-
 pub struct FetchOutcome {
     pub listing: ListingFrames,
     pub markets: DataFrame,
     pub log: DataFrame,
     /// The failed exchanges, in log order.
     pub errors: Vec<Error>,
-    pub raw: Vec<RawBody>,
+    /// Every successful body, for `Frames.raw`.
+    pub raw: RawStore,
 }
 
-/// Sends every exchange of the batch and waits for all of them.
-pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets: bool, progress: &Progress) -> Vec<Exchange> {
+/// Sends every exchange of the batch and turns them into frames, in (id, endpoint) order.
+pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets: bool, progress: &Progress) -> FetchOutcome {
     let endpoints: Vec<Endpoint> = [(listing, Endpoint::Listing), (markets, Endpoint::Markets)]
         .into_iter()
         .filter_map(|(wanted, endpoint)| wanted.then_some(endpoint))
@@ -55,54 +55,128 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
     let total = ids.len() * endpoints.len();
     progress.total.store(total, Ordering::Relaxed);
     let per_id = endpoints.len();
+
+    // One thread parses, in order, what the network hands it; it stops when `to_parser` is
+    // dropped, also when the batch is cancelled.
+    let (to_parser, parser_inbox) = mpsc::channel::<Vec<Received>>();
+    let (listing_ids, markets_ids) = (if listing { ids.len() } else { 0 }, if markets { ids.len() } else { 0 });
+    let parser = tokio::task::spawn_blocking(move || {
+        let mut assembler = Assembler::new(listing_ids, markets_ids);
+        for exchanges in parser_inbox {
+            for (exchange, compressed) in exchanges {
+                assembler.add(exchange, compressed);
+            }
+        }
+        assembler.finish()
+    });
+
+    // Requests are started in order and only a few more than the client runs at once, so
+    // they finish roughly in order and the parser is never left waiting on an early one while
+    // later bodies pile up (tokio does not run thousands of spawned tasks in spawn order).
+    let window = client.concurrency().saturating_mul(2).max(1);
     let mut tasks = JoinSet::new();
-    for (position, id) in ids.iter().enumerate() {
-        for (offset, endpoint) in endpoints.iter().copied().enumerate() {
-            let client = client.clone();
-            let id = id.clone();
-            tasks.spawn(async move { (position * per_id + offset, client.get(&id, endpoint).await) });
+    let mut slot_of_task = HashMap::with_capacity(window);
+    let mut next_to_start = 0;
+    let mut start_next = |tasks: &mut JoinSet<Received>, slot_of_task: &mut HashMap<_, _>| {
+        if next_to_start < total {
+            let slot = next_to_start;
+            next_to_start += 1;
+            let (client, id, endpoint) = (client.clone(), ids[slot / per_id].clone(), endpoints[slot % per_id]);
+            let task = tasks.spawn(async move {
+                let exchange = client.get(&id, endpoint).await;
+                // Let the request that was waiting for this one's slot go out first.
+                tokio::task::yield_now().await;
+                // Here rather than in the parser: requests finish on every core, the parser has one.
+                let compressed = exchange.result.as_ref().ok().map(|body| CompressedBody::new(endpoint, body));
+                (exchange, compressed)
+            });
+            slot_of_task.insert(task.id(), slot);
         }
+    };
+    for _ in 0..window {
+        start_next(&mut tasks, &mut slot_of_task);
     }
-    let mut slots: Vec<Option<Exchange>> = (0..total).map(|_| None).collect();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((slot, exchange)) => slots[slot] = Some(exchange),
-            // A panicked request must not lose the others; its empty slot is reported below.
-            Err(_) => {}
-        }
+    let mut slots: Vec<Option<Received>> = (0..total).map(|_| None).collect();
+    let mut next_to_parse = 0;
+    let mut ready = Vec::with_capacity(PARSE_BATCH);
+    while let Some(joined) = tasks.join_next_with_id().await {
+        let (task, received) = match joined {
+            Ok((task, received)) => (task, received),
+            // A panicked request must not lose the others: it becomes an error of its own.
+            Err(failure) => {
+                let slot = slot_of_task[&failure.id()];
+                let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
+                (failure.id(), (panicked_exchange(token, endpoint), None))
+            }
+        };
+        let slot = slot_of_task.remove(&task).expect("every task has a slot");
+        start_next(&mut tasks, &mut slot_of_task);
+        slots[slot] = Some(received);
         progress.done.fetch_add(1, Ordering::Relaxed);
+        while let Some(received) = slots.get_mut(next_to_parse).and_then(Option::take) {
+            ready.push(received);
+            next_to_parse += 1;
+        }
+        // In batches: waking the parser for every body would cost more than parsing it.
+        if ready.len() >= PARSE_BATCH {
+            // Fails only if the parser panicked; its join below reports that.
+            let _ = to_parser.send(std::mem::take(&mut ready));
+        }
     }
-    slots
-        .into_iter()
-        .enumerate()
-        .map(|(slot, exchange)| {
-            exchange.unwrap_or_else(|| {
-                let endpoint = endpoints[slot % endpoints.len()];
-                let token = ids[slot / endpoints.len()].clone();
-                Exchange {
-                    result: Err(Error::Internal(format!("the request for {token:?} ({}) panicked", endpoint.as_str()))),
-                    token,
-                    endpoint,
-                    status: None,
-                    attempts: 0,
-                    elapsed_ms: 0.0,
-                    fetched_at: crate::http::now_ms(),
-                    cached: false,
-                }
-            })
-        })
-        .collect()
+    if !ready.is_empty() {
+        let _ = to_parser.send(ready);
+    }
+    drop(to_parser);
+    match parser.await {
+        Ok(outcome) => outcome,
+        Err(failure) => std::panic::resume_unwind(failure.into_panic()),
+    }
 }
 
-/// Parses every successful body and writes the log: one row per exchange, a decode failure
-/// turning its row into an error.
-pub fn assemble(exchanges: Vec<Exchange>) -> FetchOutcome {
-    let mut records: Vec<LogRecord> = Vec::with_capacity(exchanges.len());
-    let mut errors: Vec<Option<Error>> = Vec::with_capacity(exchanges.len());
-    let mut listing_inputs = Vec::new();
-    let mut markets_inputs = Vec::new();
-    let mut raw = Vec::new();
-    for (index, exchange) in exchanges.into_iter().enumerate() {
+/// How many exchanges the parser is handed at a time.
+const PARSE_BATCH: usize = 32;
+
+/// An exchange and its body compressed for `Frames.raw`, if it has one.
+type Received = (Exchange, Option<CompressedBody>);
+
+fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {
+    Exchange {
+        result: Err(Error::Internal(format!("the request for {token:?} ({}) panicked", endpoint.as_str()))),
+        token,
+        endpoint,
+        status: None,
+        attempts: 0,
+        elapsed_ms: 0.0,
+        fetched_at: crate::http::now_ms(),
+        cached: false,
+    }
+}
+
+/// Builds the frames and the log from exchanges given in order: one log row per exchange, a
+/// body that cannot be decoded turning its row into an error.
+pub struct Assembler {
+    listing: ListingBuilder,
+    markets: MarketsBuilder,
+    records: Vec<LogRecord>,
+    errors: Vec<Error>,
+    raw: RawStore,
+}
+
+impl Assembler {
+    /// The arguments are capacity hints: how many listing and markets bodies to expect.
+    pub fn new(listing_bodies: usize, markets_bodies: usize) -> Self {
+        let exchanges = listing_bodies + markets_bodies;
+        Assembler {
+            listing: ListingBuilder::new(listing_bodies),
+            markets: MarketsBuilder::new(markets_bodies * 16),
+            records: Vec::with_capacity(exchanges),
+            errors: Vec::new(),
+            raw: RawStore::new(),
+        }
+    }
+
+    /// `compressed` is the body for `Frames.raw` when the caller already compressed it.
+    pub fn add(&mut self, exchange: Exchange, compressed: Option<CompressedBody>) {
         let mut record = LogRecord {
             token: exchange.token.clone(),
             endpoint: exchange.endpoint.as_str(),
@@ -115,81 +189,59 @@ pub fn assemble(exchanges: Vec<Exchange>) -> FetchOutcome {
             total: None,
             fetched_at: Some(exchange.fetched_at),
         };
-        match exchange.result {
-            Ok(body) => {
-                let slot = (index, exchange.fetched_at);
-                match exchange.endpoint {
-                    Endpoint::Listing => listing_inputs.push((slot, raw.len())),
-                    Endpoint::Markets => markets_inputs.push((slot, raw.len())),
-                }
-                raw.push(RawBody { token: exchange.token, endpoint: exchange.endpoint, body });
-                errors.push(None);
-            }
+        let body = match exchange.result {
+            Ok(body) => body,
             Err(error) => {
-                record.kind = Some(error.kind());
-                record.message = Some(error.to_string());
-                errors.push(Some(error));
+                mark_failed(&mut record, &mut self.errors, error);
+                self.records.push(record);
+                return;
             }
+        };
+        let fetched_at = Some(exchange.fetched_at);
+        let parsed = match exchange.endpoint {
+            Endpoint::Listing => self
+                .listing
+                .append(&ListingBody { body: &body, token: Some(&exchange.token), fetched_at })
+                .map(|_| ()),
+            Endpoint::Markets => self
+                .markets
+                .append(&MarketsBody { body: &body, token: &exchange.token, fetched_at })
+                .map(|summary| {
+                    record.total = summary.total;
+                    if let Some(total) = summary.total.filter(|t| *t > summary.entries as i64) {
+                        record.message = Some(format!(
+                            "warning: the service reports total={total} markets but sent {}; the list is incomplete",
+                            summary.entries
+                        ));
+                    }
+                }),
+        };
+        if let Err(error) = parsed {
+            mark_failed(&mut record, &mut self.errors, error);
         }
-        records.push(record);
+        let compressed = compressed.unwrap_or_else(|| CompressedBody::new(exchange.endpoint, &body));
+        drop(body);
+        self.raw.push(exchange.token, exchange.endpoint, &compressed);
+        self.records.push(record);
     }
 
-    let listing_bodies: Vec<ListingBody> = listing_inputs
-        .iter()
-        .map(|&((_, fetched_at), raw_index)| ListingBody {
-            body: &raw[raw_index].body,
-            token: Some(&raw[raw_index].token),
-            fetched_at: Some(fetched_at),
-        })
-        .collect();
-    let (listing, listing_results) = flatten::parse_listings(&listing_bodies);
-    for (&((index, _), _), result) in listing_inputs.iter().zip(listing_results) {
-        if let Err(error) = result {
-            mark_failed(&mut records[index], &mut errors[index], error);
+    pub fn finish(mut self) -> FetchOutcome {
+        self.raw.shrink_to_fit();
+        FetchOutcome {
+            listing: self.listing.finish(),
+            markets: self.markets.finish(),
+            log: log_frame(&self.records),
+            errors: self.errors,
+            raw: self.raw,
         }
-    }
-
-    let markets_bodies: Vec<MarketsBody> = markets_inputs
-        .iter()
-        .map(|&((_, fetched_at), raw_index)| MarketsBody {
-            body: &raw[raw_index].body,
-            token: &raw[raw_index].token,
-            fetched_at: Some(fetched_at),
-        })
-        .collect();
-    let (markets, markets_results) = flatten::parse_markets(&markets_bodies);
-    for (&((index, _), _), result) in markets_inputs.iter().zip(markets_results) {
-        match result {
-            Ok(summary) => {
-                let record = &mut records[index];
-                record.total = summary.total;
-                if let Some(total) = summary.total.filter(|t| *t > summary.entries as i64) {
-                    record.message = Some(format!(
-                        "warning: the service reports total={total} markets but sent {}; the list is incomplete",
-                        summary.entries
-                    ));
-                }
-            }
-            Err(error) => mark_failed(&mut records[index], &mut errors[index], error),
-        }
-    }
-    drop(listing_bodies);
-    drop(markets_bodies);
-
-    FetchOutcome {
-        listing,
-        markets,
-        log: log_frame(&records),
-        errors: errors.into_iter().flatten().collect(),
-        raw,
     }
 }
 
-fn mark_failed(record: &mut LogRecord, slot: &mut Option<Error>, error: Error) {
+fn mark_failed(record: &mut LogRecord, errors: &mut Vec<Error>, error: Error) {
     record.ok = false;
     record.kind = Some(error.kind());
     record.message = Some(error.to_string());
-    *slot = Some(error);
+    errors.push(error);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,10 +296,7 @@ impl Job {
         });
         let worker_state = state.clone();
         let work = runtime().spawn(async move {
-            let exchanges = run(client, &ids, listing, markets, &worker_state.progress).await;
-            tokio::task::spawn_blocking(move || assemble(exchanges))
-                .await
-                .map_err(|e| Error::Internal(format!("parsing the batch failed: {}", panic_message(e))))
+            Ok(run(client, &ids, listing, markets, &worker_state.progress).await)
         });
         let abort = work.abort_handle();
         // A supervisor turns every ending of the work (done, panicked, cancelled) into a

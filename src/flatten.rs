@@ -14,8 +14,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use crate::error::{Endpoint, Error};
 use crate::frames::{
-    f64_column, frame, interval_column, list_builder, millis_column, push_list, str_builder,
-    ColumnBuilder, ListingFrames,
+    f64_builder, finish_millis, finish_primitive, frame, i64_builder, interval_column, list_builder,
+    push_list, str_builder, ColumnBuilder, ListingFrames,
 };
 use crate::model::{
     self, parse_suffixed_key, split_market_pair, FamilyKind, ScalarType, SuffixedKey,
@@ -342,16 +342,17 @@ impl<'de> Visitor<'de> for Community<'_, 'de> {
 /// Columns of all the listing frames, filled body by body.
 pub struct ListingBuilder {
     snapshot_token: StringChunkedBuilder,
-    snapshot_fetched_at: Vec<Option<i64>>,
+    snapshot_fetched_at: PrimitiveChunkedBuilder<Int64Type>,
     snapshot_fields: Vec<ColumnBuilder>,
-    indicators: LongColumns<Option<f64>>,
-    signals: LongColumns<()>,
+    indicators: LongColumns,
+    indicator_values: PrimitiveChunkedBuilder<Float64Type>,
+    signals: LongColumns,
     signal_values: StringChunkedBuilder,
-    patterns: LongColumns<()>,
+    patterns: LongColumns,
     pattern_values: StringChunkedBuilder,
     ta_token: StringChunkedBuilder,
     ta_interval: Vec<u8>,
-    ta_updated_at: Vec<Option<i64>>,
+    ta_updated_at: PrimitiveChunkedBuilder<Int64Type>,
     info_token: StringChunkedBuilder,
     info_description: StringChunkedBuilder,
     info_websites: ListStringChunkedBuilder,
@@ -361,29 +362,26 @@ pub struct ListingBuilder {
     info_categories: ListStringChunkedBuilder,
 }
 
-/// token, interval, name columns of a long frame, plus a value column of type `V`.
-struct LongColumns<V> {
+/// The token, interval and name columns of a long frame; its value column is kept beside.
+struct LongColumns {
     token: StringChunkedBuilder,
     interval: Vec<u8>,
     name: StringChunkedBuilder,
-    values: Vec<V>,
 }
 
-impl<V> LongColumns<V> {
+impl LongColumns {
     fn new(name_column: &str, capacity: usize) -> Self {
         Self {
             token: str_builder("token", capacity),
             interval: Vec::with_capacity(capacity),
             name: str_builder(name_column, capacity),
-            values: Vec::with_capacity(capacity),
         }
     }
 
-    fn push(&mut self, token: &str, interval: u8, name: &str, value: V) {
+    fn push(&mut self, token: &str, interval: u8, name: &str) {
         self.token.append_value(token);
         self.interval.push(interval);
         self.name.append_value(name);
-        self.values.push(value);
     }
 
     fn finish(self, value_column: Column) -> DataFrame {
@@ -402,16 +400,17 @@ impl ListingBuilder {
         let long = tokens * 48;
         Self {
             snapshot_token: str_builder("token", tokens),
-            snapshot_fetched_at: Vec::with_capacity(tokens),
+            snapshot_fetched_at: i64_builder("fetched_at", tokens),
             snapshot_fields: SNAPSHOT_FIELDS.iter().map(|(n, ty)| ColumnBuilder::new(n, *ty, tokens)).collect(),
             indicators: LongColumns::new("indicator", long),
+            indicator_values: f64_builder("value", long),
             signals: LongColumns::new("indicator", tokens * 6),
             signal_values: str_builder("value", tokens * 6),
             patterns: LongColumns::new("family", tokens * 8),
             pattern_values: str_builder("pattern", tokens * 8),
             ta_token: str_builder("token", tokens * 5),
             ta_interval: Vec::with_capacity(tokens * 5),
-            ta_updated_at: Vec::with_capacity(tokens * 5),
+            ta_updated_at: i64_builder("updated_at", tokens * 5),
             info_token: str_builder("token", tokens),
             info_description: str_builder("description", tokens),
             info_websites: list_builder("websites", tokens),
@@ -436,10 +435,7 @@ impl ListingBuilder {
             offset,
             message,
         };
-        let mut deserializer = serde_json::Deserializer::from_slice(input.body);
-        let parsed = ListingDocument(&mut pending)
-            .deserialize(&mut deserializer)
-            .and_then(|()| deserializer.end());
+        let parsed = parse_document(input.body, ListingDocument(&mut pending));
         if let Err(err) = parsed {
             let (message, offset) = describe_json_error(&err, input.body);
             return Err(decode_error(field_label(&pending.field), offset, message));
@@ -464,25 +460,26 @@ impl ListingBuilder {
 
     fn flush(&mut self, token: &str, fetched_at: Option<i64>, pending: PendingListing<'_>) {
         self.snapshot_token.append_value(token);
-        self.snapshot_fetched_at.push(fetched_at);
+        self.snapshot_fetched_at.append_option(fetched_at);
         for (column, value) in self.snapshot_fields.iter_mut().zip(&pending.scalars) {
             column.push(value);
         }
         for (interval, name, value) in pending.indicators {
-            self.indicators.push(token, interval, &name, value);
+            self.indicators.push(token, interval, &name);
+            self.indicator_values.append_option(value);
         }
         for (interval, name, value) in pending.signals {
-            self.signals.push(token, interval, &name, ());
+            self.signals.push(token, interval, &name);
             self.signal_values.append_option(value.as_deref());
         }
         for (interval, family, pattern) in pending.patterns {
-            self.patterns.push(token, interval, &family, ());
+            self.patterns.push(token, interval, &family);
             self.pattern_values.append_option(pattern.as_deref());
         }
         for (interval, millis) in pending.ta_updated {
             self.ta_token.append_value(token);
             self.ta_interval.push(interval);
-            self.ta_updated_at.push(millis);
+            self.ta_updated_at.append_option(millis);
         }
         let info = pending.info;
         self.info_token.append_value(token);
@@ -512,13 +509,9 @@ impl ListingBuilder {
     pub fn finish(self) -> ListingFrames {
         let mut snapshot = vec![
             self.snapshot_token.finish().into_column(),
-            millis_column("fetched_at", self.snapshot_fetched_at),
+            finish_millis(self.snapshot_fetched_at),
         ];
-        for (builder, (name, _)) in self.snapshot_fields.into_iter().zip(SNAPSHOT_FIELDS) {
-            snapshot.push(builder.finish(name));
-        }
-        let mut indicators = self.indicators;
-        let values = std::mem::take(&mut indicators.values);
+        snapshot.extend(self.snapshot_fields.into_iter().map(ColumnBuilder::finish));
         let mut info = vec![
             self.info_token.finish().into_column(),
             self.info_description.finish().into_column(),
@@ -530,13 +523,13 @@ impl ListingBuilder {
         info.push(finish_list(self.info_categories));
         ListingFrames {
             snapshot: frame(snapshot),
-            indicators: indicators.finish(f64_column("value", values)),
+            indicators: self.indicators.finish(finish_primitive(self.indicator_values).into_column()),
             signals: self.signals.finish(self.signal_values.finish().into_column()),
             patterns: self.patterns.finish(self.pattern_values.finish().into_column()),
             ta_updated: frame(vec![
                 self.ta_token.finish().into_column(),
                 interval_column("interval", self.ta_interval),
-                millis_column("updated_at", self.ta_updated_at),
+                finish_millis(self.ta_updated_at),
             ]),
             info: frame(info),
         }
@@ -545,6 +538,22 @@ impl ListingBuilder {
 
 fn finish_list(mut builder: ListStringChunkedBuilder) -> Column {
     builder.finish().into_column()
+}
+
+/// Runs `document` over the whole of `body`.
+fn parse_document<'de, S: DeserializeSeed<'de, Value = ()>>(body: &'de [u8], document: S) -> Result<(), serde_json::Error> {
+    match std::str::from_utf8(body) {
+        // Checked once for the whole body, so the parser need not check each string again.
+        Ok(text) => {
+            let mut deserializer = serde_json::Deserializer::from_str(text);
+            document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
+        }
+        // Not UTF-8: the byte reader finds where, and skipped fields may still hold anything.
+        Err(_) => {
+            let mut deserializer = serde_json::Deserializer::from_slice(body);
+            document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
+        }
+    }
 }
 
 /// serde_json's message without its position suffix, and the byte offset of that position.
@@ -695,7 +704,7 @@ pub struct MarketsBuilder {
     fields: Vec<ColumnBuilder>,
     base: StringChunkedBuilder,
     quote: StringChunkedBuilder,
-    fetched_at: Vec<Option<i64>>,
+    fetched_at: PrimitiveChunkedBuilder<Int64Type>,
 }
 
 impl MarketsBuilder {
@@ -706,17 +715,14 @@ impl MarketsBuilder {
             fields: MARKET_FIELDS.iter().map(|(_, column, ty)| ColumnBuilder::new(column, *ty, entries)).collect(),
             base: str_builder("base", entries),
             quote: str_builder("quote", entries),
-            fetched_at: Vec::with_capacity(entries),
+            fetched_at: i64_builder("fetched_at", entries),
         }
     }
 
     /// Parses one markets body and appends its entries. On error nothing is appended.
     pub fn append(&mut self, input: &MarketsBody<'_>) -> Result<MarketsSummary, Error> {
         let mut pending = PendingMarkets::default();
-        let mut deserializer = serde_json::Deserializer::from_slice(input.body);
-        let parsed = MarketsDocument(&mut pending)
-            .deserialize(&mut deserializer)
-            .and_then(|()| deserializer.end());
+        let parsed = parse_document(input.body, MarketsDocument(&mut pending));
         let decode_error = |field, offset, message| Error::Decode {
             token: Some(input.token.to_owned()),
             endpoint: Endpoint::Markets,
@@ -748,23 +754,19 @@ impl MarketsBuilder {
                     self.quote.append_null();
                 }
             }
-            self.fetched_at.push(input.fetched_at);
+            self.fetched_at.append_option(input.fetched_at);
         }
         Ok(summary)
     }
 
     pub fn finish(self) -> DataFrame {
         let mut columns = vec![self.token.finish().into_column()];
-        let mut fields = self.fields.into_iter().zip(MARKET_FIELDS);
-        for (builder, (_, name, _)) in fields.by_ref().take(4) {
-            columns.push(builder.finish(name));
-        }
+        let mut fields = self.fields.into_iter().map(ColumnBuilder::finish);
+        columns.extend(fields.by_ref().take(4));
         columns.push(self.base.finish().into_column());
         columns.push(self.quote.finish().into_column());
-        for (builder, (_, name, _)) in fields {
-            columns.push(builder.finish(name));
-        }
-        columns.push(millis_column("fetched_at", self.fetched_at));
+        columns.extend(fields);
+        columns.push(finish_millis(self.fetched_at));
         frame(columns)
     }
 }

@@ -22,13 +22,14 @@ fn name(text: &str) -> PlSmallStr {
     PlSmallStr::from_str(text)
 }
 
-/// A growable column of one of the contract's dtypes.
+/// A growable column of one of the contract's dtypes, in polars' own layout (values plus a
+/// validity bitmap), so finishing it moves the buffers instead of copying them.
 pub enum ColumnBuilder {
     Str(StringChunkedBuilder),
-    F64(Vec<Option<f64>>),
-    I64(Vec<Option<i64>>),
-    Bool(Vec<Option<bool>>),
-    Millis(Vec<Option<i64>>),
+    F64(PrimitiveChunkedBuilder<Float64Type>),
+    I64(PrimitiveChunkedBuilder<Int64Type>),
+    Bool(BooleanChunkedBuilder),
+    Millis(PrimitiveChunkedBuilder<Int64Type>),
     List(ListStringChunkedBuilder),
 }
 
@@ -36,10 +37,10 @@ impl ColumnBuilder {
     pub fn new(column: &str, ty: ScalarType, capacity: usize) -> Self {
         match ty {
             ScalarType::Str => Self::Str(StringChunkedBuilder::new(name(column), capacity)),
-            ScalarType::F64 => Self::F64(Vec::with_capacity(capacity)),
-            ScalarType::I64 => Self::I64(Vec::with_capacity(capacity)),
-            ScalarType::Bool => Self::Bool(Vec::with_capacity(capacity)),
-            ScalarType::Datetime => Self::Millis(Vec::with_capacity(capacity)),
+            ScalarType::F64 => Self::F64(f64_builder(column, capacity)),
+            ScalarType::I64 => Self::I64(i64_builder(column, capacity)),
+            ScalarType::Bool => Self::Bool(BooleanChunkedBuilder::new(name(column), capacity)),
+            ScalarType::Datetime => Self::Millis(i64_builder(column, capacity)),
             ScalarType::ListStr => {
                 Self::List(ListStringChunkedBuilder::new(name(column), capacity, capacity * 2))
             }
@@ -52,29 +53,48 @@ impl ColumnBuilder {
         match (self, value) {
             (Self::Str(b), Typed::Str(s)) => b.append_value(s.as_ref()),
             (Self::Str(b), _) => b.append_null(),
-            (Self::F64(v), Typed::F64(x)) => v.push(Some(*x)),
-            (Self::F64(v), _) => v.push(None),
-            (Self::I64(v), Typed::I64(x)) => v.push(Some(*x)),
-            (Self::I64(v), _) => v.push(None),
-            (Self::Bool(v), Typed::Bool(x)) => v.push(Some(*x)),
-            (Self::Bool(v), _) => v.push(None),
-            (Self::Millis(v), Typed::Millis(x)) => v.push(Some(*x)),
-            (Self::Millis(v), _) => v.push(None),
+            (Self::F64(b), Typed::F64(x)) => b.append_value(*x),
+            (Self::F64(b), _) => b.append_null(),
+            (Self::I64(b), Typed::I64(x)) => b.append_value(*x),
+            (Self::I64(b), _) => b.append_null(),
+            (Self::Bool(b), Typed::Bool(x)) => b.append_value(*x),
+            (Self::Bool(b), _) => b.append_null(),
+            (Self::Millis(b), Typed::Millis(x)) => b.append_value(*x),
+            (Self::Millis(b), _) => b.append_null(),
             (Self::List(b), Typed::List(items)) => push_list(b, items),
             (Self::List(b), _) => b.append_null(),
         }
     }
 
-    pub fn finish(self, column: &str) -> Column {
+    pub fn finish(self) -> Column {
         match self {
             Self::Str(b) => b.finish().into_column(),
-            Self::F64(v) => Float64Chunked::from_iter_options(name(column), v.into_iter()).into_column(),
-            Self::I64(v) => Int64Chunked::from_iter_options(name(column), v.into_iter()).into_column(),
-            Self::Bool(v) => BooleanChunked::from_iter_options(name(column), v.into_iter()).into_column(),
-            Self::Millis(v) => millis_column(column, v),
+            Self::F64(b) => finish_primitive(b).into_column(),
+            Self::I64(b) => finish_primitive(b).into_column(),
+            Self::Bool(b) => b.finish().into_column(),
+            Self::Millis(b) => finish_millis(b),
             Self::List(mut b) => b.finish().into_column(),
         }
     }
+}
+
+pub fn f64_builder(column: &str, capacity: usize) -> PrimitiveChunkedBuilder<Float64Type> {
+    PrimitiveChunkedBuilder::new(name(column), capacity)
+}
+
+pub fn i64_builder(column: &str, capacity: usize) -> PrimitiveChunkedBuilder<Int64Type> {
+    PrimitiveChunkedBuilder::new(name(column), capacity)
+}
+
+/// Capacity hints can overshoot; the frame keeps only what was filled.
+pub fn finish_primitive<T: PolarsNumericType>(mut builder: PrimitiveChunkedBuilder<T>) -> ChunkedArray<T> {
+    builder.shrink_to_fit();
+    builder.finish()
+}
+
+/// A `Datetime(ms, UTC)` column from milliseconds since the epoch.
+pub fn finish_millis(builder: PrimitiveChunkedBuilder<Int64Type>) -> Column {
+    finish_primitive(builder).into_datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC)).into_column()
 }
 
 pub fn push_list(builder: &mut ListStringChunkedBuilder, items: &[Option<std::borrow::Cow<'_, str>>]) {

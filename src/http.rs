@@ -287,6 +287,11 @@ impl HttpClient {
         format!("{}{}{}", self.base_url, path, encode_path_segment(token))
     }
 
+    /// How many requests this client runs at once.
+    pub fn concurrency(&self) -> usize {
+        self.config.concurrency
+    }
+
     /// One logical request with its retries. Never fails: the outcome is in the `Exchange`.
     pub async fn get(&self, token: &str, endpoint: Endpoint) -> Exchange {
         let started = Instant::now();

@@ -10,6 +10,7 @@ pub mod frames;
 pub mod http;
 pub mod model;
 pub mod precise_timer;
+pub mod raw_store;
 pub mod retry;
 pub mod runtime;
 pub mod sandbox;

@@ -73,6 +73,8 @@ class RawBodies:
     """Successful response bodies kept for ``Frames.raw``."""
 
     def __len__(self) -> int: ...
+    def stored_bytes(self) -> int:
+        """Bytes held for the bodies, which are kept lz4-compressed."""
     def items(self) -> List[Tuple[str, str, bytes]]:
         """``[(token, endpoint, body), ...]`` in fetch order."""
 
