@@ -4,7 +4,8 @@
 //!
 //! Parsing while the network is busy takes the parse off the end of the batch, and turns each
 //! body into columns (and a compressed copy for `Frames.raw`) right away, so a large batch never
-//! holds all of its bodies at once.
+//! holds all of its bodies at once: requests start in order, a few more than run at once, and a
+//! bounded backlog makes the network wait for the parser rather than pile bodies up.
 //!
 //! A batch runs as a `Job` on the global runtime, so the caller can wait for it in slices
 //! (to check for Ctrl-C and draw progress) or be called back when it ends (asyncio).
@@ -15,6 +16,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use polars::prelude::DataFrame;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::error::{Endpoint, Error};
@@ -57,87 +59,131 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
     let per_id = endpoints.len();
 
     // One thread parses, in order, what the network hands it; it stops when `to_parser` is
-    // dropped, also when the batch is cancelled.
+    // dropped, also when the batch is cancelled. It runs at a lower priority: parsing is
+    // throughput work, while every moment a response waits for a core delays the next request.
     let (to_parser, parser_inbox) = mpsc::channel::<Vec<Received>>();
     let (listing_ids, markets_ids) = (if listing { ids.len() } else { 0 }, if markets { ids.len() } else { 0 });
-    let parser = tokio::task::spawn_blocking(move || {
-        let mut assembler = Assembler::new(listing_ids, markets_ids);
-        for exchanges in parser_inbox {
-            for (exchange, compressed) in exchanges {
-                assembler.add(exchange, compressed);
-            }
-        }
-        assembler.finish()
-    });
+    let (parsed, outcome) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("defilens-parse".into())
+        .spawn(move || {
+            lower_thread_priority();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut assembler = Assembler::new(listing_ids, markets_ids);
+                for exchanges in parser_inbox {
+                    for Received { exchange, compressed, credit } in exchanges {
+                        assembler.add(exchange, compressed);
+                        drop(credit);
+                    }
+                }
+                assembler.finish()
+            }));
+            let _ = parsed.send(outcome);
+        })
+        .expect("could not start the parsing thread");
 
     // Requests are started in order and only a few more than the client runs at once, so
     // they finish roughly in order and the parser is never left waiting on an early one while
     // later bodies pile up (tokio does not run thousands of spawned tasks in spawn order).
     let window = client.concurrency().saturating_mul(2).max(1);
+    // Each request holds a credit until the parser is done with its body, so a network faster
+    // than the parser waits for it instead of piling bodies up in memory. Credits are taken
+    // here, in slot order, so the body the parser waits for always has one.
+    let backlog = Arc::new(Semaphore::new(window.saturating_mul(4).max(MIN_BACKLOG)));
     let mut tasks = JoinSet::new();
-    let mut slot_of_task = HashMap::with_capacity(window);
+    let mut slot_of_task: HashMap<tokio::task::Id, usize> = HashMap::with_capacity(window);
     let mut next_to_start = 0;
-    let mut start_next = |tasks: &mut JoinSet<Received>, slot_of_task: &mut HashMap<_, _>| {
-        if next_to_start < total {
-            let slot = next_to_start;
-            next_to_start += 1;
-            let (client, id, endpoint) = (client.clone(), ids[slot / per_id].clone(), endpoints[slot % per_id]);
-            let task = tasks.spawn(async move {
-                let exchange = client.get(&id, endpoint).await;
-                // Let the request that was waiting for this one's slot go out first.
-                tokio::task::yield_now().await;
-                // Here rather than in the parser: requests finish on every core, the parser has one.
-                let compressed = exchange.result.as_ref().ok().map(|body| CompressedBody::new(endpoint, body));
-                (exchange, compressed)
-            });
-            slot_of_task.insert(task.id(), slot);
-        }
-    };
-    for _ in 0..window {
-        start_next(&mut tasks, &mut slot_of_task);
-    }
     let mut slots: Vec<Option<Received>> = (0..total).map(|_| None).collect();
     let mut next_to_parse = 0;
     let mut ready = Vec::with_capacity(PARSE_BATCH);
-    while let Some(joined) = tasks.join_next_with_id().await {
-        let (task, received) = match joined {
-            Ok((task, received)) => (task, received),
-            // A panicked request must not lose the others: it becomes an error of its own.
-            Err(failure) => {
-                let slot = slot_of_task[&failure.id()];
-                let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
-                (failure.id(), (panicked_exchange(token, endpoint), None))
+    loop {
+        let can_start = next_to_start < total && tasks.len() < window;
+        tokio::select! {
+            biased;
+            Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let (task, received) = match joined {
+                    Ok((task, received)) => (task, received),
+                    // A panicked request must not lose the others: it becomes an error of its own.
+                    Err(failure) => {
+                        let slot = slot_of_task[&failure.id()];
+                        let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
+                        let exchange = panicked_exchange(token, endpoint);
+                        (failure.id(), Received { exchange, compressed: None, credit: None })
+                    }
+                };
+                let slot = slot_of_task.remove(&task).expect("every task has a slot");
+                slots[slot] = Some(received);
+                progress.done.fetch_add(1, Ordering::Relaxed);
+                while let Some(received) = slots.get_mut(next_to_parse).and_then(Option::take) {
+                    ready.push(received);
+                    next_to_parse += 1;
+                }
+                // In batches: waking the parser for every body would cost more than parsing it.
+                if ready.len() >= PARSE_BATCH {
+                    // Fails only if the parser panicked; its join below reports that.
+                    let _ = to_parser.send(std::mem::take(&mut ready));
+                }
             }
-        };
-        let slot = slot_of_task.remove(&task).expect("every task has a slot");
-        start_next(&mut tasks, &mut slot_of_task);
-        slots[slot] = Some(received);
-        progress.done.fetch_add(1, Ordering::Relaxed);
-        while let Some(received) = slots.get_mut(next_to_parse).and_then(Option::take) {
-            ready.push(received);
-            next_to_parse += 1;
-        }
-        // In batches: waking the parser for every body would cost more than parsing it.
-        if ready.len() >= PARSE_BATCH {
-            // Fails only if the parser panicked; its join below reports that.
-            let _ = to_parser.send(std::mem::take(&mut ready));
+            credit = backlog.clone().acquire_owned(), if can_start => {
+                let credit = credit.expect("the backlog is never closed");
+                let slot = next_to_start;
+                next_to_start += 1;
+                let (client, id, endpoint) = (client.clone(), ids[slot / per_id].clone(), endpoints[slot % per_id]);
+                let task = tasks.spawn(async move {
+                    let exchange = client.get(&id, endpoint).await;
+                    // Let the request that was waiting for this one's slot go out first.
+                    tokio::task::yield_now().await;
+                    // Here rather than in the parser: requests finish on every core, the parser has one.
+                    let compressed = exchange.result.as_ref().ok().map(|body| CompressedBody::new(endpoint, body));
+                    Received { exchange, compressed, credit: Some(credit) }
+                });
+                slot_of_task.insert(task.id(), slot);
+            }
+            else => break,
         }
     }
     if !ready.is_empty() {
         let _ = to_parser.send(ready);
     }
     drop(to_parser);
-    match parser.await {
-        Ok(outcome) => outcome,
-        Err(failure) => std::panic::resume_unwind(failure.into_panic()),
+    match outcome.await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("the parsing thread ended without a result"),
     }
 }
 
+/// Makes the calling thread yield to the others of the process when cores are scarce.
+#[cfg(target_os = "linux")]
+fn lower_thread_priority() {
+    extern "C" {
+        fn gettid() -> i32;
+        fn setpriority(which: i32, who: u32, priority: i32) -> i32;
+    }
+    const PRIO_PROCESS: i32 = 0;
+    // SAFETY: both are plain syscalls wrappers; on Linux PRIO_PROCESS with a thread id changes
+    // that thread only. A failure keeps the normal priority, which is harmless.
+    unsafe {
+        setpriority(PRIO_PROCESS, gettid() as u32, 10);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_thread_priority() {}
+
 /// How many exchanges the parser is handed at a time.
 const PARSE_BATCH: usize = 32;
+/// The least number of bodies that may wait for the parser (see `run`).
+const MIN_BACKLOG: usize = 1024;
 
-/// An exchange and its body compressed for `Frames.raw`, if it has one.
-type Received = (Exchange, Option<CompressedBody>);
+/// An exchange on its way to the parser.
+struct Received {
+    exchange: Exchange,
+    /// The body compressed for `Frames.raw`, if it has one.
+    compressed: Option<CompressedBody>,
+    /// Given back to the backlog once the parser is done with this exchange.
+    credit: Option<OwnedSemaphorePermit>,
+}
 
 fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {
     Exchange {
@@ -380,6 +426,38 @@ fn panic_message(error: tokio::task::JoinError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_and_raw_bodies_follow_the_order_of_the_ids() {
+        let sandbox = crate::sandbox::Sandbox::start(crate::sandbox::SandboxConfig::default()).unwrap();
+        let client = HttpClient::new(crate::http::ClientConfig {
+            base_url: sandbox.url(),
+            concurrency: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        // More ids than the backlog holds, and an unknown one in the middle.
+        let ids: Vec<String> = (0..1500).map(|i| if i == 700 { "unknown-x".into() } else { format!("order-{i}") }).collect();
+        let job = Job::spawn(Arc::new(client), ids.clone(), true, true);
+        assert!(job.wait(Duration::from_secs(120)));
+        let outcome = job.take().unwrap().unwrap();
+        let tokens: Vec<&str> = outcome.listing.snapshot.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
+        let known: Vec<&str> = ids.iter().map(String::as_str).filter(|id| !id.starts_with("unknown")).collect();
+        assert_eq!(tokens, known);
+        let log_tokens: Vec<&str> = outcome.log.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
+        let expected_log: Vec<&str> = ids.iter().flat_map(|id| [id.as_str(), id.as_str()]).collect();
+        assert_eq!(log_tokens, expected_log);
+        assert_eq!(outcome.errors.len(), 2);
+        assert_eq!(outcome.raw.len(), 2 * known.len());
+        for (index, (token, endpoint, body)) in outcome.raw.iter().enumerate() {
+            assert_eq!(token, known[index / 2]);
+            let expected = match endpoint {
+                Endpoint::Listing => crate::sandbox::listing_body(0, token),
+                Endpoint::Markets => crate::sandbox::markets_body(0, token),
+            };
+            assert!(body == expected.as_bytes(), "the raw body of {token} ({endpoint:?}) changed");
+        }
+    }
 
     #[test]
     fn dedupe_keeps_first_occurrences_in_order() {
