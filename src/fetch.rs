@@ -16,13 +16,13 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use polars::prelude::DataFrame;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::error::{Endpoint, Error};
 use crate::flatten::{ListingBody, ListingBuilder, MarketsBody, MarketsBuilder};
 use crate::frames::{log_frame, ListingFrames, LogRecord};
-use crate::http::{Exchange, HttpClient};
+use crate::http::{BackoffGauge, Exchange, HttpClient};
 use crate::raw_store::{CompressedBody, RawStore};
 use crate::runtime::runtime;
 
@@ -64,6 +64,8 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
     let (to_parser, parser_inbox) = mpsc::channel::<Vec<Received>>();
     let (listing_ids, markets_ids) = (if listing { ids.len() } else { 0 }, if markets { ids.len() } else { 0 });
     let (parsed, outcome) = tokio::sync::oneshot::channel();
+    let queue = Arc::new(ParserQueue::default());
+    let parser_queue = queue.clone();
     std::thread::Builder::new()
         .name("defilens-parse".into())
         .spawn(move || {
@@ -71,10 +73,12 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut assembler = Assembler::new(listing_ids, markets_ids);
                 for exchanges in parser_inbox {
-                    for Received { exchange, compressed, credit } in exchanges {
+                    let count = exchanges.len();
+                    for Received { exchange, compressed } in exchanges {
                         assembler.add(exchange, compressed);
-                        drop(credit);
                     }
+                    parser_queue.queued.fetch_sub(count, Ordering::Relaxed);
+                    parser_queue.drained.notify_one();
                 }
                 assembler.finish()
             }));
@@ -82,14 +86,15 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
         })
         .expect("could not start the parsing thread");
 
-    // Requests are started in order and only a few more than the client runs at once, so
-    // they finish roughly in order and the parser is never left waiting on an early one while
-    // later bodies pile up (tokio does not run thousands of spawned tasks in spawn order).
+    // Requests are started in order and only a few more than the client runs at once (not
+    // counting those waiting out a retry delay), so they finish roughly in order and the parser
+    // is rarely left waiting on an early one while later bodies pile up (tokio does not run
+    // thousands of spawned tasks in spawn order). And no request starts while the parser has
+    // more than `MAX_QUEUED` exchanges to go: a network faster than the parser waits for it
+    // instead of piling bodies up in memory. Bodies that wait behind a request being retried
+    // are not held back: that would stall the batch for the whole retry delay.
     let window = client.concurrency().saturating_mul(2).max(1);
-    // Each request holds a credit until the parser is done with its body, so a network faster
-    // than the parser waits for it instead of piling bodies up in memory. Credits are taken
-    // here, in slot order, so the body the parser waits for always has one.
-    let backlog = Arc::new(Semaphore::new(window.saturating_mul(4).max(MIN_BACKLOG)));
+    let backoff = Arc::new(BackoffGauge::default());
     let mut tasks = JoinSet::new();
     let mut slot_of_task: HashMap<tokio::task::Id, usize> = HashMap::with_capacity(window);
     let mut next_to_start = 0;
@@ -97,7 +102,10 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
     let mut next_to_parse = 0;
     let mut ready = Vec::with_capacity(PARSE_BATCH);
     loop {
-        let can_start = next_to_start < total && tasks.len() < window;
+        let more_to_start = next_to_start < total;
+        let parser_has_room = queue.queued.load(Ordering::Relaxed) < MAX_QUEUED;
+        let active = tasks.len().saturating_sub(backoff.waiting());
+        let can_start = more_to_start && parser_has_room && active < window;
         tokio::select! {
             biased;
             Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
@@ -108,7 +116,7 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
                         let slot = slot_of_task[&failure.id()];
                         let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
                         let exchange = panicked_exchange(token, endpoint);
-                        (failure.id(), Received { exchange, compressed: None, credit: None })
+                        (failure.id(), Received { exchange, compressed: None })
                     }
                 };
                 let slot = slot_of_task.remove(&task).expect("every task has a slot");
@@ -120,29 +128,35 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
                 }
                 // In batches: waking the parser for every body would cost more than parsing it.
                 if ready.len() >= PARSE_BATCH {
+                    queue.queued.fetch_add(ready.len(), Ordering::Relaxed);
                     // Fails only if the parser panicked; its join below reports that.
                     let _ = to_parser.send(std::mem::take(&mut ready));
                 }
             }
-            credit = backlog.clone().acquire_owned(), if can_start => {
-                let credit = credit.expect("the backlog is never closed");
+            _ = std::future::ready(()), if can_start => {
                 let slot = next_to_start;
                 next_to_start += 1;
                 let (client, id, endpoint) = (client.clone(), ids[slot / per_id].clone(), endpoints[slot % per_id]);
+                let backoff = backoff.clone();
                 let task = tasks.spawn(async move {
-                    let exchange = client.get(&id, endpoint).await;
+                    let exchange = client.get(&id, endpoint, Some(&backoff)).await;
                     // Let the request that was waiting for this one's slot go out first.
                     tokio::task::yield_now().await;
                     // Here rather than in the parser: requests finish on every core, the parser has one.
                     let compressed = exchange.result.as_ref().ok().map(|body| CompressedBody::new(endpoint, body));
-                    Received { exchange, compressed, credit: Some(credit) }
+                    Received { exchange, compressed }
                 });
                 slot_of_task.insert(task.id(), slot);
             }
+            // Woken to look again at what may start: a request began a retry delay...
+            _ = backoff.started_waiting(), if more_to_start && parser_has_room => {}
+            // ...or the parser caught up.
+            _ = queue.drained.notified(), if more_to_start && !parser_has_room => {}
             else => break,
         }
     }
     if !ready.is_empty() {
+        queue.queued.fetch_add(ready.len(), Ordering::Relaxed);
         let _ = to_parser.send(ready);
     }
     drop(to_parser);
@@ -173,16 +187,21 @@ fn lower_thread_priority() {}
 
 /// How many exchanges the parser is handed at a time.
 const PARSE_BATCH: usize = 32;
-/// The least number of bodies that may wait for the parser (see `run`).
-const MIN_BACKLOG: usize = 1024;
+/// How many exchanges may wait for the parser before no more requests start (see `run`).
+const MAX_QUEUED: usize = 1024;
 
 /// An exchange on its way to the parser.
 struct Received {
     exchange: Exchange,
     /// The body compressed for `Frames.raw`, if it has one.
     compressed: Option<CompressedBody>,
-    /// Given back to the backlog once the parser is done with this exchange.
-    credit: Option<OwnedSemaphorePermit>,
+}
+
+/// How many exchanges have been handed to the parser and not yet parsed.
+#[derive(Default)]
+struct ParserQueue {
+    queued: AtomicUsize,
+    drained: Notify,
 }
 
 fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {

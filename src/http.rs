@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, RETRY_AFTER, USER_AGENT};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::error::{Endpoint, Error};
 use crate::retry::{parse_retry_after, RetryPolicy};
@@ -201,6 +202,39 @@ pub struct Exchange {
     pub cached: bool,
 }
 
+/// How many requests are waiting out a retry delay, with a signal each time one starts to.
+#[derive(Default)]
+pub struct BackoffGauge {
+    waiting: AtomicUsize,
+    started_waiting: Notify,
+}
+
+impl BackoffGauge {
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Completes when a request has started waiting since the last call (at once if one has).
+    pub async fn started_waiting(&self) {
+        self.started_waiting.notified().await
+    }
+
+    /// Counts the caller until the guard is dropped (also when its request is cancelled).
+    fn enter(&self) -> BackoffGuard<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.started_waiting.notify_one();
+        BackoffGuard(self)
+    }
+}
+
+struct BackoffGuard<'a>(&'a BackoffGauge);
+
+impl Drop for BackoffGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -293,7 +327,8 @@ impl HttpClient {
     }
 
     /// One logical request with its retries. Never fails: the outcome is in the `Exchange`.
-    pub async fn get(&self, token: &str, endpoint: Endpoint) -> Exchange {
+    /// `backoff`, when given, counts this request while it waits out a retry delay.
+    pub async fn get(&self, token: &str, endpoint: Endpoint, backoff: Option<&BackoffGauge>) -> Exchange {
         let started = Instant::now();
         let url = self.url_for(token, endpoint);
         let finish = |result: Result<Bytes, Error>, status, attempts, cached| Exchange {
@@ -326,6 +361,7 @@ impl HttpClient {
                 }
                 Err(error) => {
                     if self.config.retry.should_retry(&error, attempt) {
+                        let _waiting = backoff.map(BackoffGauge::enter);
                         tokio::time::sleep(self.config.retry.delay(&error, attempt)).await;
                         continue;
                     }
@@ -444,6 +480,22 @@ fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_gauge_counts_requests_while_they_wait_and_signals_each_start() {
+        let gauge = BackoffGauge::default();
+        let first = gauge.enter();
+        let second = gauge.enter();
+        assert_eq!(gauge.waiting(), 2);
+        drop(first);
+        assert_eq!(gauge.waiting(), 1);
+        drop(second);
+        assert_eq!(gauge.waiting(), 0);
+        // The starts above left a signal for the next waiter.
+        crate::runtime::runtime().block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), gauge.started_waiting()).await.expect("signalled")
+        });
+    }
 
     #[test]
     fn ids_become_one_segment() {
