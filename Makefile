@@ -23,7 +23,7 @@ lint:
 	cargo fmt --check
 	cargo clippy --release --features python -- -D warnings
 
-bench:              ## by hand; writes benchmarks/RESULTS.md
+bench:              ## by hand (needs the bench extra); writes benchmarks/RESULTS.md
 	$(PY) benchmarks/run_all.py
 
 notebooks:
