@@ -171,14 +171,14 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
 #[cfg(target_os = "linux")]
 fn lower_thread_priority() {
     extern "C" {
-        fn gettid() -> i32;
         fn setpriority(which: i32, who: u32, priority: i32) -> i32;
     }
     const PRIO_PROCESS: i32 = 0;
-    // SAFETY: both are plain syscalls wrappers; on Linux PRIO_PROCESS with a thread id changes
-    // that thread only. A failure keeps the normal priority, which is harmless.
+    // SAFETY: a plain system call wrapper. On Linux the nice value belongs to the thread and
+    // `who = 0` means the calling one, so only this thread is lowered. A failure keeps the
+    // normal priority, which is harmless.
     unsafe {
-        setpriority(PRIO_PROCESS, gettid() as u32, 10);
+        setpriority(PRIO_PROCESS, 0, 10);
     }
 }
 
