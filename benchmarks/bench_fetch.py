@@ -1,6 +1,6 @@
 """Fetching: defilens.Client.fetch against httpx, aiohttp and requests + threads.
 
-    python benchmarks/bench_fetch.py [--quick] [--ids 2000] [--concurrency 50] [--runs 3] [--json PATH]
+    python benchmarks/bench_fetch.py [--quick] [--ids 2000] [--concurrency 50] [--runs 5] [--json PATH]
 
 The Sandbox runs in a separate process (``defilens sandbox``), once with 20 ms of latency per
 answer and once with none. Every client fetches the listing of each id once, at the same
@@ -233,7 +233,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file (for run_all.py)")
     args = parser.parse_args()
     n = args.ids or (500 if args.quick else 2000)
-    runs = args.runs or (1 if args.quick else 3)
+    runs = args.runs or (1 if args.quick else 5)
     results = {latency: measure(latency, n, args.concurrency, runs) for latency in args.latencies}
     emit(report(results, n, args.concurrency, runs), args.json)
 
