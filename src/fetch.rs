@@ -77,8 +77,7 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
                     for Received { exchange, compressed } in exchanges {
                         assembler.add(exchange, compressed);
                     }
-                    parser_queue.queued.fetch_sub(count, Ordering::Relaxed);
-                    parser_queue.drained.notify_one();
+                    parser_queue.parsed(count);
                 }
                 assembler.finish()
             }));
@@ -128,9 +127,7 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
                 }
                 // In batches: waking the parser for every body would cost more than parsing it.
                 if ready.len() >= PARSE_BATCH {
-                    queue.queued.fetch_add(ready.len(), Ordering::Relaxed);
-                    // Fails only if the parser panicked; its join below reports that.
-                    let _ = to_parser.send(std::mem::take(&mut ready));
+                    queue.hand_over(&to_parser, std::mem::take(&mut ready));
                 }
             }
             _ = std::future::ready(()), if can_start => {
@@ -156,8 +153,7 @@ pub async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets
         }
     }
     if !ready.is_empty() {
-        queue.queued.fetch_add(ready.len(), Ordering::Relaxed);
-        let _ = to_parser.send(ready);
+        queue.hand_over(&to_parser, ready);
     }
     drop(to_parser);
     match outcome.await {
@@ -202,6 +198,20 @@ struct Received {
 struct ParserQueue {
     queued: AtomicUsize,
     drained: Notify,
+}
+
+impl ParserQueue {
+    fn hand_over(&self, to_parser: &mpsc::Sender<Vec<Received>>, exchanges: Vec<Received>) {
+        self.queued.fetch_add(exchanges.len(), Ordering::Relaxed);
+        // Fails only if the parser panicked; its result, awaited at the end of `run`, reports that.
+        let _ = to_parser.send(exchanges);
+    }
+
+    /// Called by the parser when it is done with `count` exchanges.
+    fn parsed(&self, count: usize) {
+        self.queued.fetch_sub(count, Ordering::Relaxed);
+        self.drained.notify_one();
+    }
 }
 
 fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {

@@ -544,16 +544,18 @@ fn finish_list(mut builder: ListStringChunkedBuilder) -> Column {
 fn parse_document<'de, S: DeserializeSeed<'de, Value = ()>>(body: &'de [u8], document: S) -> Result<(), serde_json::Error> {
     match std::str::from_utf8(body) {
         // Checked once for the whole body, so the parser need not check each string again.
-        Ok(text) => {
-            let mut deserializer = serde_json::Deserializer::from_str(text);
-            document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
-        }
+        Ok(text) => parse_with(serde_json::Deserializer::from_str(text), document),
         // Not UTF-8: the byte reader finds where, and skipped fields may still hold anything.
-        Err(_) => {
-            let mut deserializer = serde_json::Deserializer::from_slice(body);
-            document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
-        }
+        Err(_) => parse_with(serde_json::Deserializer::from_slice(body), document),
     }
+}
+
+fn parse_with<'de, R, S>(mut deserializer: serde_json::Deserializer<R>, document: S) -> Result<(), serde_json::Error>
+where
+    R: serde_json::de::Read<'de>,
+    S: DeserializeSeed<'de, Value = ()>,
+{
+    document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
 }
 
 /// serde_json's message without its position suffix, and the byte offset of that position.
