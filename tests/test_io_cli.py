@@ -54,6 +54,32 @@ def test_write_rejects_unknown_format(fetched: defilens.Frames, tmp_path: Path) 
     assert not any(tmp_path.glob("*.tmp")) and not any(tmp_path.glob(".*.tmp"))
 
 
+def test_an_interrupted_write_leaves_no_temporary_file(fetched: defilens.Frames, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # One Ctrl-C during polars' write_parquet raises KeyboardInterrupt twice: once from the write
+    # and once more in whatever runs next, here the cleanup of the temporary file.
+    def interrupted_write(frame: pl.DataFrame, file: Path, **_: object) -> None:
+        Path(file).write_bytes(b"half a parquet file")
+        raise KeyboardInterrupt
+
+    real_unlink = Path.unlink
+    pending_interrupts = [KeyboardInterrupt()]
+
+    def unlink_after_second_interrupt(path: Path, missing_ok: bool = False) -> None:
+        if pending_interrupts:
+            raise pending_interrupts.pop()
+        real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", interrupted_write)
+    monkeypatch.setattr(Path, "unlink", unlink_after_second_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fetched.write(tmp_path / "frames")
+    monkeypatch.undo()
+    assert not pending_interrupts
+    assert not list((tmp_path / "frames").glob(".*.tmp"))
+    assert not list((tmp_path / "frames").glob("*.parquet"))
+
+
 def test_concat_and_raw(fetched: defilens.Frames) -> None:
     both = defilens.concat([fetched, fetched])
     assert both.snapshot.height == 2 * fetched.snapshot.height

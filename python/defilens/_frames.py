@@ -197,8 +197,21 @@ def _write_atomically(frame: pl.DataFrame, target: Path, format: str) -> None:
             raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
         os.replace(temporary, target)
     finally:
-        if temporary.exists():
-            temporary.unlink()
+        _discard(temporary)
+
+
+def _discard(path: Path) -> None:
+    """Removes ``path`` if it exists, even if Ctrl-C strikes again meanwhile: polars' writers
+    raise KeyboardInterrupt twice for one Ctrl-C, and the second would land in this cleanup."""
+    interrupted = False
+    while True:
+        try:
+            path.unlink(missing_ok=True)
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
