@@ -146,14 +146,14 @@ def emit(report: Dict[str, object], json_path: Optional[str]) -> None:
 def machine() -> str:
     """CPU model, cores, RAM, Python and polars versions, date: what the figures depend on."""
     cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as lines:
+        for line in lines:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
     memory = "unknown RAM"
-    with contextlib.suppress(OSError):
-        for line in open("/proc/meminfo"):
+    with contextlib.suppress(OSError), open("/proc/meminfo") as lines:
+        for line in lines:
             if line.startswith("MemTotal"):
                 memory = f"{int(line.split()[1]) / 2**20:.1f} GiB RAM"
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -163,7 +163,7 @@ def machine() -> str:
         from importlib.metadata import version
 
         defilens_version = version("defilens")
-    except Exception:  # noqa: BLE001 - only a label
+    except Exception:
         defilens_version = "?"
     return (
         f"{cpu}; {usable} usable cores ({os.cpu_count()} online); {memory}; {platform.system()} "

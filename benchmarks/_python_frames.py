@@ -7,7 +7,7 @@ Two implementations, written the way people write them:
 * ``tuned``: ``orjson.loads``, a memoised key -> route table, one Python list per column,
   conversions done by polars on whole columns, one constructor per frame.
 
-Both follow the contract's rule (and ``src/model.rs``): the documented scalar fields go to
+Both follow the contract's rule (and ``src/model/fields.rs``): the documented scalar fields go to
 ``snapshot``; ``<family>_<interval>`` keys for 5m..1w go by JSON type (numbers -> indicators,
 strings -> signals, string arrays -> patterns, one row per element); ``ta_<i>_updated_at`` ->
 ``ta_updated``; ``generalInfo`` -> ``info``. ``check_equal`` asserts they produce exactly the
@@ -32,7 +32,7 @@ UTC_MS = pl.Datetime("ms", "UTC")
 TA_FORMAT = "%Y-%m-%d %H:%M:%S%#z"  # the service's "2026-11-21 23:55:00+00"
 
 # The documented scalar fields of a listing, in the snapshot's column order, with their types.
-S, F, I, B, T, L = "str", "f64", "i64", "bool", "datetime", "list"
+S, F, I, B, T, L = "str", "f64", "i64", "bool", "datetime", "list"  # noqa: E741 - a column of one-letter types
 SNAPSHOT_FIELDS: Tuple[Tuple[str, str], ...] = (
     ("id", S), ("symbol_id", S), ("name", S), ("symbol", S), ("image", S), ("categories", L), ("tags", L),
     ("exchanges", L), ("is_active", B), ("infinite_supply", B), ("last_updated", T), ("updated_at", T),

@@ -26,10 +26,9 @@ import aiohttp
 import httpx
 import requests
 
+import defilens
 from _common import cpu_seconds, emit, sandbox_process, table, target
 from _python_frames import IndicatorsBuilder
-
-import defilens
 
 KEY = "bench-key"
 HEADERS = {"x-partner-key": KEY}
@@ -77,10 +76,9 @@ def run_aiohttp(url: str, ids: List[str], concurrency: int) -> int:
             gate = asyncio.Semaphore(concurrency)
 
             async def one(token: str) -> None:
-                async with gate:
-                    async with session.get(f"/listings/{token}") as response:
-                        response.raise_for_status()
-                        body = await response.read()
+                async with gate, session.get(f"/listings/{token}") as response:
+                    response.raise_for_status()
+                    body = await response.read()
                 builder.add(token, body)
 
             await asyncio.gather(*(one(token) for token in ids))
@@ -160,7 +158,7 @@ def measure(latency: float, n: int, concurrency: int, runs: int) -> Dict[str, Di
     best: Dict[str, Dict[str, float]] = {name: {"wall": float("inf"), "cpu": float("inf")} for name in CLIENTS}
     with sandbox_process(latency) as url:
         best["sandbox floor"] = {"request": sandbox_floor(url)}
-        for name, client in CLIENTS.items():  # warm: imports, the Sandbox's caches, first connections
+        for client in CLIENTS.values():  # warm: imports, the Sandbox's caches, first connections
             client(url, [f"warm-{i}" for i in range(100)], concurrency)
         expected = None
         for round_ in range(runs):

@@ -108,7 +108,7 @@ def report(m: Dict[str, object], imports: Dict[str, float], runs: int) -> Dict[s
     frames = ", ".join(f"{k} {v:.1f}" for k, v in m["frame_mib"].items() if v >= 0.05)  # type: ignore[union-attr]
     added_ms = (imports["defilens"] - imports["polars"]) * 1000
     rows = [
-        [f"RSS after imports and Client() (baseline)", f"{m['baseline_mib']:.0f} MiB"],
+        ["RSS after imports and Client() (baseline)", f"{m['baseline_mib']:.0f} MiB"],
         [f"peak RSS during fetch of {m['ids']:,} ids ({m['wall_s']:.1f} s)", f"{m['peak_mib']:.0f} MiB"],
         ["peak growth over the baseline", f"{m['growth_mib']:.0f} MiB"],
         ["RSS after fetch returned (frames alive)", f"{m['after_fetch_mib']:.0f} MiB"],
@@ -118,7 +118,7 @@ def report(m: Dict[str, object], imports: Dict[str, float], runs: int) -> Dict[s
         ["response bodies received", f"{m['bodies_mib']:.1f} MiB"],
         ["of which kept for `Frames.raw` (lz4-compressed)", f"{m['raw_kept_mib']:.1f} MiB"],
         [f"import polars (best of {runs}, fresh interpreters)", f"{imports['polars'] * 1000:.0f} ms"],
-        [f"import defilens (includes polars)", f"{imports['defilens'] * 1000:.0f} ms"],
+        ["import defilens (includes polars)", f"{imports['defilens'] * 1000:.0f} ms"],
     ]
     targets = [
         target(f"peak memory of a {m['ids']:,}-id fetch vs frames' size",

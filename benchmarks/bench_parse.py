@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 from typing import Callable, Dict, List, Tuple
 
 import orjson
 
 import _python_frames as peers
-from _common import best_of, emit, table, target
-
 import defilens
+from _common import best_of, emit, table, target
 
 PARSE = "defilens.parse_tokens"
 FLOOR = "orjson.loads only (floor, no frames)"

@@ -1,22 +1,32 @@
 //! defilens: the DeFi Lens partner API as polars DataFrames.
 //!
-//! The crate is plain Rust (parsing, HTTP, the Sandbox) with one bindings module behind the
-//! `python` feature, so `cargo test` needs no Python.
+//! Bytes flow one way: `client` fetches them, `parse` reads them with the field catalogue of
+//! `model` into the column builders of `frames`, and `batch` runs many exchanges at once and
+//! assembles their frames. `python` (feature `python`) is the only code that knows about
+//! Python; `sandbox` (feature `sandbox`) is a fake of the service for tests and demos, which no
+//! other module uses. See ARCHITECTURE.md.
+//!
+//! The modules are private; the re-exports below are the Rust API (for benchmarks and fuzz
+//! targets), so rustc reports whatever nothing reaches.
 
-pub mod error;
-pub mod fetch;
-pub mod flatten;
-pub mod frames;
-pub mod http;
-pub mod model;
-pub mod precise_timer;
-pub mod raw_store;
-pub mod retry;
-pub mod runtime;
-pub mod sandbox;
-pub mod sandbox_data;
-pub mod timestamp;
-pub mod value;
+mod batch;
+mod client;
+mod error;
+mod frames;
+mod model;
+mod parse;
+mod runtime;
+#[cfg(feature = "sandbox")]
+mod sandbox;
 
 #[cfg(feature = "python")]
-mod bindings;
+mod python;
+
+pub use batch::{FetchOutcome, Job, RawStore};
+pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
+pub use error::{Error, Result};
+pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
+pub use model::{Endpoint, INTERVALS};
+pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
+#[cfg(feature = "sandbox")]
+pub use sandbox::{body as sandbox_body, Sandbox, SandboxConfig};

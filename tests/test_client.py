@@ -248,7 +248,7 @@ def test_markets_method_returns_frame(scripted) -> None:
 
 def test_fetch_accounts_for_every_token_and_dedupes(scripted) -> None:
     def handler(seen: Seen, n: int) -> Reply:
-        endpoint, segment = split_path(seen.path)
+        _, segment = split_path(seen.path)
         if segment.startswith("missing"):
             return Reply(404, "{}")
         return echo_service(seen, n)

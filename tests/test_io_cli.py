@@ -145,7 +145,9 @@ def test_cli_never_echoes_the_key(tmp_path: Path) -> None:
         bad = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", secret + "x"],
                              capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "authentication" in bad.stderr.lower() or "401" in bad.stdout
+    assert bad.returncode == 1
+    assert "Traceback" not in bad.stderr
+    assert "authentication" in bad.stderr.lower() or "401" in bad.stdout
     for stream in (ok.stdout, ok.stderr, bad.stdout, bad.stderr):
         assert secret not in stream
     for file in (tmp_path / "ok").iterdir():
@@ -168,7 +170,7 @@ def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=10)
+    _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert not list((tmp_path / "live").rglob("*.tmp"))

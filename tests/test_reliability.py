@@ -191,7 +191,7 @@ def test_one_client_from_eight_threads_matches_sequential(defilens_sandbox: Sand
     def run(index: int) -> None:
         try:
             parallel[index] = client.fetch(batches[index])
-        except BaseException as error:  # noqa: BLE001 - surfaced below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]

@@ -65,9 +65,8 @@ def test_sandbox_faults_each_kind() -> None:
         (dict(invalid_json_rate=1.0), defilens.DecodeError),
     ]
     for knobs, error in cases:
-        with Sandbox(**knobs) as sb:
-            with pytest.raises(error):
-                defilens.Client(base_url=sb.url, max_retries=1, **FAST).token("bitcoin", markets=False)
+        with Sandbox(**knobs) as sb, pytest.raises(error):
+            defilens.Client(base_url=sb.url, max_retries=1, **FAST).token("bitcoin", markets=False)
 
 
 def test_sandbox_latency_and_url() -> None:

@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Sequence
 
 import polars as pl
 
-from ._client import API_KEY_ENV, Client
+from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
 from ._collect import collect, parse_every
 from ._core import Sandbox
 from ._exceptions import DefiLensError
@@ -34,10 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     def connection_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--sandbox", action="store_true", help="run against a built-in local fake of the service (no key, no network)")
         p.add_argument("--api-key", help=f"API key (default: ${API_KEY_ENV}); never printed")
-        p.add_argument("--base-url", help="service URL (default: $DEFILENS_BASE_URL or https://api.defilens.ai)")
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds per request attempt (default 30)")
-        p.add_argument("--max-retries", type=int, default=3, help="retries per request (default 3)")
-        p.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+        p.add_argument("--base-url", help=f"service URL (default: ${BASE_URL_ENV} or {DEFAULTS['base_url']})")
+        p.add_argument("--timeout", type=float, default=DEFAULTS["timeout"], help=f"seconds per request attempt (default {DEFAULTS['timeout']:g})")
+        p.add_argument("--max-retries", type=int, default=DEFAULTS["max_retries"], help=f"retries per request (default {DEFAULTS['max_retries']})")
+        p.add_argument("--concurrency", type=int, default=DEFAULTS["concurrency"], help=f"requests in flight (default {DEFAULTS['concurrency']})")
         p.add_argument("--rate-limit", type=float, help="max requests per second")
         p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
@@ -156,11 +156,8 @@ def _fetch(args: argparse.Namespace) -> int:
     print(summary(frames, time.monotonic() - started))
     if args.out:
         folder = frames.write(args.out, format=args.format)
-        print(f"wrote {len(FRAME_FILES)} frames to {folder}/ ({args.format})")
+        print(f"wrote {len(list(frames.items()))} frames to {folder}/ ({args.format})")
     return EXIT_FAILURE if frames.snapshot.height == 0 else 0
-
-
-FRAME_FILES = ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log", "errors")
 
 
 def _collect(args: argparse.Namespace) -> int:

@@ -16,9 +16,11 @@ from ._exceptions import DefiLensError
 from ._frames import Frames, _from_core
 from ._progress import progress_callback
 
-__all__ = ["Client", "AsyncClient", "DEFAULT_BASE_URL"]
+__all__ = ["Client", "AsyncClient", "DEFAULTS", "DEFAULT_BASE_URL"]
 
-DEFAULT_BASE_URL: str = _core.DEFAULT_BASE_URL
+#: The client's defaults (defined once, in the Rust core).
+DEFAULTS = _core.DEFAULTS
+DEFAULT_BASE_URL: str = DEFAULTS["base_url"]
 API_KEY_ENV = "DEFILENS_API_KEY"
 BASE_URL_ENV = "DEFILENS_BASE_URL"
 
@@ -64,14 +66,14 @@ class _BaseClient:
         *,
         api_key: Optional[str] = None,
         base_url: Optional[str] = None,
-        timeout: float = 30.0,
-        max_retries: int = 3,
-        concurrency: int = 16,
+        timeout: float = DEFAULTS["timeout"],
+        max_retries: int = DEFAULTS["max_retries"],
+        concurrency: int = DEFAULTS["concurrency"],
         rate_limit: Optional[float] = None,
         cache_ttl: Optional[float] = None,
         proxy: Optional[str] = None,
-        max_response_bytes: int = _core.DEFAULT_MAX_RESPONSE_BYTES,
-        backoff: Tuple[float, float] = (0.5, 8.0),
+        max_response_bytes: int = DEFAULTS["max_response_bytes"],
+        backoff: Tuple[float, float] = DEFAULTS["backoff"],
     ) -> None:
         base_url = base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
@@ -79,27 +81,24 @@ class _BaseClient:
             raise DefiLensError(
                 f"no API key: pass api_key=... or set the {API_KEY_ENV} environment variable"
             )
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be a non-negative int, got {max_retries!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
             warnings.warn(
                 f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
                 RuntimeWarning,
                 stacklevel=3,
             )
+        # Every setting is checked in Rust (types and ranges), before anything is sent.
         self._engine = _core.Engine(
             base_url=base_url,
             api_key=api_key or None,
-            timeout=float(timeout),
+            timeout=timeout,
             max_retries=max_retries,
             concurrency=concurrency,
-            rate_limit=None if rate_limit is None else float(rate_limit),
-            cache_ttl=None if cache_ttl is None else float(cache_ttl),
+            rate_limit=rate_limit,
+            cache_ttl=cache_ttl,
             proxy=proxy,
-            max_response_bytes=int(max_response_bytes),
-            backoff=(float(backoff[0]), float(backoff[1])),
+            max_response_bytes=max_response_bytes,
+            backoff=backoff,
         )
         self._settings = {
             "base_url": base_url,
@@ -162,8 +161,10 @@ class Client(_BaseClient):
         max_response_bytes: a larger response body is refused while it is read.
         backoff: (first, maximum) retry delay in seconds.
 
-    >>> with defilens.Client(api_key="...") as client:  # doctest: +SKIP
+    >>> with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
     ...     frames = client.fetch(["bitcoin", "ethereum"])
+    >>> frames.tokens
+    ['bitcoin', 'ethereum']
     """
 
     def token(self, token_id: str, *, markets: bool = True) -> Frames:

@@ -3,11 +3,11 @@
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
-from typing_extensions import final
+from typing_extensions import TypedDict, final
 
 __all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULTS",
+    "FRAME_NAMES",
     "INTERVALS",
     "__version__",
     "Engine",
@@ -22,9 +22,19 @@ __all__ = [
     "sandbox_markets_body",
 ]
 
+class _Defaults(TypedDict):
+    base_url: str
+    timeout: float
+    max_retries: int
+    concurrency: int
+    max_response_bytes: int
+    backoff: Tuple[float, float]
+
 __version__: str
-DEFAULT_BASE_URL: str
-DEFAULT_MAX_RESPONSE_BYTES: int
+#: The client's defaults, defined once in the Rust core.
+DEFAULTS: _Defaults
+#: The frames of `Frames`, in order (``errors`` is derived from ``log``).
+FRAME_NAMES: List[str]
 INTERVALS: List[str]
 
 _Body = Union[bytes, bytearray, str]
@@ -46,7 +56,8 @@ class Engine:
         proxy: Optional[str],
         max_response_bytes: int,
         backoff: Tuple[float, float],
-    ) -> Engine: ...
+    ) -> Engine:
+        """Checks every setting (TypeError / ValueError naming it) and makes the client."""
     def start(self, token_ids: Sequence[str], *, listing: bool, markets: bool) -> FetchJob:
         """Starts fetching ``token_ids`` (validated, duplicates dropped); returns the job."""
     def url_for(self, token_id: str, endpoint: str) -> str:

@@ -17,16 +17,7 @@ __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read", "scan"]
 INTERVAL = pl.Enum(list(_core.INTERVALS))
 
 #: The frames a `Frames` holds, in order (``errors`` is derived from ``log``).
-FRAME_NAMES: Tuple[str, ...] = (
-    "snapshot",
-    "indicators",
-    "signals",
-    "patterns",
-    "ta_updated",
-    "info",
-    "markets",
-    "log",
-)
+FRAME_NAMES: Tuple[str, ...] = tuple(_core.FRAME_NAMES)
 
 PathLike = Union[str, "os.PathLike[str]"]
 RawItem = Tuple[str, str, bytes]
@@ -57,8 +48,9 @@ class Frames:
         markets: one row per exchange market of each token.
         log: one row per HTTP exchange, failed or not.
 
-    >>> frames = defilens.parse_token(defilens.testing.listing_body("bitcoin"))  # doctest: +SKIP
-    >>> frames.indicators.filter(pl.col("indicator") == "rsi14")  # doctest: +SKIP
+    >>> frames = defilens.parse_token(defilens.testing.listing_body("bitcoin"))
+    >>> frames.indicators.filter(pl.col("indicator") == "rsi14").get_column("interval").to_list()
+    ['5m', '15m', '1h', '24h', '1w']
     """
 
     __slots__ = FRAME_NAMES + ("_raw_items", "_raw_source")

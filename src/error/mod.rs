@@ -1,22 +1,12 @@
 //! The one error type of the crate. The bindings map it once onto the Python hierarchy
 //! (`DefiLensError` and its subclasses); the `kind` strings are the ones in the `log` frame.
 
+mod status;
+
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    Listing,
-    Markets,
-}
-
-impl Endpoint {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::Listing => "listing",
-            Endpoint::Markets => "markets",
-        }
-    }
-}
+pub use crate::model::Endpoint;
+pub use status::{is_retryable_status, StatusClass};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Error {
@@ -54,7 +44,7 @@ impl Error {
     /// The `kind` column of the `log` frame.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::Api { status, .. } => status_kind(*status),
+            Error::Api { status, .. } => StatusClass::of(*status).meaning().kind,
             Error::Timeout { .. } => "timeout",
             Error::Connection { .. } => "connection",
             Error::Decode { .. } => "decode",
@@ -93,10 +83,23 @@ impl Error {
     /// Worth another attempt: 429, 500/502/503/504, timeouts and connection failures.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Api { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504),
+            Error::Api { status, .. } => is_retryable_status(*status),
             Error::Timeout { .. } | Error::Connection { .. } => true,
             _ => false,
         }
+    }
+
+    /// The name of the exception class `error` is raised as (in `defilens._exceptions`);
+    /// invalid arguments are the caller's `ValueError` and have none.
+    pub fn exception_class(&self) -> Option<&'static str> {
+        Some(match self {
+            Error::Api { status, .. } => StatusClass::of(*status).meaning().exception,
+            Error::Timeout { .. } => "TimeoutError",
+            Error::Connection { .. } => "ConnectionError",
+            Error::Decode { .. } => "DecodeError",
+            Error::Internal(_) => "DefiLensError",
+            Error::InvalidArgument(_) => return None,
+        })
     }
 
     pub fn with_token(mut self, new_token: &str) -> Self {
@@ -107,26 +110,11 @@ impl Error {
     }
 }
 
-pub fn status_kind(status: u16) -> &'static str {
-    match status {
-        400 => "bad_request",
-        401 => "auth",
-        402 => "request_failed",
-        403 => "forbidden",
-        404 => "not_found",
-        409 => "conflict",
-        429 => "rate_limited",
-        500..=599 => "server",
-        // Other 4xx have no class of their own in the contract; they are the caller's side.
-        _ => "bad_request",
-    }
-}
-
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Api { status, token, endpoint, body, retry_after } => {
-                write!(f, "{} for token {:?} ({}): HTTP {}", status_hint(*status), token, endpoint.as_str(), status)?;
+                write!(f, "{} for token {:?} ({}): HTTP {}", StatusClass::of(*status).meaning().hint, token, endpoint.as_str(), status)?;
                 if let Some(seconds) = retry_after {
                     write!(f, ", retry after {seconds}s")?;
                 }
@@ -157,20 +145,6 @@ impl fmt::Display for Error {
             Error::InvalidArgument(message) => f.write_str(message),
             Error::Internal(message) => write!(f, "internal error in defilens (please report it): {message}"),
         }
-    }
-}
-
-fn status_hint(status: u16) -> &'static str {
-    match status {
-        400 => "bad request (a required parameter is missing)",
-        401 => "authentication failed (no valid API key: set DEFILENS_API_KEY or pass api_key=)",
-        402 => "request failed (parameters were valid but the request failed)",
-        403 => "permission denied (the API key lacks permission)",
-        404 => "not found (no such token)",
-        409 => "conflict",
-        429 => "rate limited (too many requests)",
-        500..=599 => "server error (the service's fault)",
-        _ => "unexpected status",
     }
 }
 

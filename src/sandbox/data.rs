@@ -6,9 +6,6 @@
 //! always goes through `json_string`, so ids with quotes, backslashes, control characters or
 //! non-ASCII text still give valid JSON.
 
-use std::fmt::Write;
-
-use crate::timestamp::{format_iso_timestamp, format_ta_timestamp};
 
 /// FNV-1a over the parts (each followed by a separator byte so `["ab","c"]` and `["a","bc"]`
 /// differ), finished with splitmix64 so nearby inputs give unrelated outputs. Stable across
@@ -28,7 +25,7 @@ pub fn stable_hash(seed: u64, parts: &[&[u8]]) -> u64 {
     splitmix(hash)
 }
 
-fn splitmix(mut x: u64) -> u64 {
+pub(super) fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -76,11 +73,6 @@ impl Rng {
         self.unit() < probability
     }
 
-    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items.get(self.below(items.len())).copied().unwrap_or("")
-    }
-
-    /// Between 1 and `max` distinct items, or none with probability `empty`.
     pub fn some_of<'a>(&mut self, items: &[&'a str], max: usize, empty: f64) -> Vec<&'a str> {
         if items.is_empty() || self.chance(empty) {
             return Vec::new();
@@ -92,64 +84,64 @@ impl Rng {
 }
 
 /// Intervals of the per-indicator fields.
-const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
+pub(super) const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
 /// Intervals of the grouped chart-pattern fields: 4h instead of 1w, as the service does.
-const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
+pub(super) const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
 
-const SINGLE_CANDLES: &[&str] = &[
+pub(super) const SINGLE_CANDLES: &[&str] = &[
     "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "dragonfly_doji", "gravestone_doji",
     "bearish_shooting_star", "bearish_hanging_man", "bullish_marubozu", "bearish_marubozu",
 ];
-const DOUBLE_CANDLES: &[&str] = &[
+pub(super) const DOUBLE_CANDLES: &[&str] = &[
     "bullish_engulfing", "bearish_engulfing", "bullish_harami", "bearish_harami", "tweezer_top",
     "tweezer_bottom", "piercing_line", "dark_cloud_cover",
 ];
-const TRIPLE_CANDLES: &[&str] = &[
+pub(super) const TRIPLE_CANDLES: &[&str] = &[
     "morning_star", "evening_star", "three_white_soldiers", "three_black_crows", "three_inside_up",
     "three_inside_down",
 ];
-const SUMMARY_CANDLES: &[&str] = &[
+pub(super) const SUMMARY_CANDLES: &[&str] = &[
     "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "bearish_engulfing", "bullish_engulfing",
     "morning_star", "evening_star", "three_white_soldiers",
 ];
-const CHART_PATTERNS: &[&str] = &[
+pub(super) const CHART_PATTERNS: &[&str] = &[
     "Ascending Triangle", "Descending Triangle", "Symmetrical Triangle", "Wedge Up", "Wedge Down",
     "Channel Up", "Channel Down", "Head and Shoulders", "Double Bottom", "Double Top",
 ];
-const TRIANGLES: &[&str] = &["ascending_triangle", "descending_triangle", "symmetrical_triangle"];
-const HEAD_SHOULDERS: &[&str] = &["head_and_shoulders", "inverse_head_and_shoulders"];
-const MULTIPLE_TOPS_BOTTOMS: &[&str] = &["triple_top", "triple_bottom", "multiple_top", "multiple_bottom"];
-const DOUBLE_TOPS_BOTTOMS: &[&str] = &["double_bottom", "double_top"];
-const WEDGES: &[&str] = &["rising_wedge", "falling_wedge"];
-const CHANNELS: &[&str] = &["ascending_channel", "descending_channel", "horizontal_channel"];
+pub(super) const TRIANGLES: &[&str] = &["ascending_triangle", "descending_triangle", "symmetrical_triangle"];
+pub(super) const HEAD_SHOULDERS: &[&str] = &["head_and_shoulders", "inverse_head_and_shoulders"];
+pub(super) const MULTIPLE_TOPS_BOTTOMS: &[&str] = &["triple_top", "triple_bottom", "multiple_top", "multiple_bottom"];
+pub(super) const DOUBLE_TOPS_BOTTOMS: &[&str] = &["double_bottom", "double_top"];
+pub(super) const WEDGES: &[&str] = &["rising_wedge", "falling_wedge"];
+pub(super) const CHANNELS: &[&str] = &["ascending_channel", "descending_channel", "horizontal_channel"];
 
-const CATEGORIES: &[&str] = &[
+pub(super) const CATEGORIES: &[&str] = &[
     "Layer 1", "Smart Contract Platform", "Decentralized Finance (DeFi)", "Proof of Work", "Proof of Stake",
     "Meme", "Stablecoins", "Gaming", "Oracle", "Layer 2", "Exchange-based Tokens", "Real World Assets",
 ];
-const EXCHANGES: &[&str] = &[
+pub(super) const EXCHANGES: &[&str] = &[
     "Binance", "Coinbase Exchange", "Kraken", "OKX", "Bybit", "KuCoin", "Gate.io", "Bitget", "HTX", "MEXC",
     "Bitfinex", "Crypto.com Exchange",
 ];
-const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
-const PATTERN_EMPTY_SHARE: f64 = 0.4;
+pub(super) const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
+pub(super) const PATTERN_EMPTY_SHARE: f64 = 0.4;
 
 /// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
 /// first letters.
-const KNOWN_SYMBOLS: &[(&str, &str)] = &[
+pub(super) const KNOWN_SYMBOLS: &[(&str, &str)] = &[
     ("bitcoin", "BTC"), ("ethereum", "ETH"), ("tether", "USDT"), ("solana", "SOL"), ("ripple", "XRP"),
     ("binancecoin", "BNB"), ("usd-coin", "USDC"), ("dogecoin", "DOGE"), ("cardano", "ADA"), ("chainlink", "LINK"),
 ];
 
 /// 2026-11-22T00:00:00Z in milliseconds: the Sandbox's "now", so bodies never depend on the clock.
-const SANDBOX_NOW_MS: i64 = 1_795_305_600_000;
+pub(super) const SANDBOX_NOW_MS: i64 = 1_795_305_600_000;
 
-fn json_string(text: &str) -> String {
+pub(super) fn json_string(text: &str) -> String {
     // Serialising a &str cannot fail; the fallback only keeps the output valid JSON regardless.
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
 }
 
-fn json_list<S: AsRef<str>>(items: &[S]) -> String {
+pub(super) fn json_list<S: AsRef<str>>(items: &[S]) -> String {
     let mut out = String::from("[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -161,7 +153,7 @@ fn json_list<S: AsRef<str>>(items: &[S]) -> String {
     out
 }
 
-fn slug(text: &str) -> String {
+pub(super) fn slug(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_ascii_alphanumeric() {
@@ -177,7 +169,7 @@ fn slug(text: &str) -> String {
 }
 
 /// A host-name-safe form of the token for the made-up URLs.
-fn url_slug(seed: u64, token: &str) -> String {
+pub(super) fn url_slug(seed: u64, token: &str) -> String {
     let slug = slug(token);
     if slug.is_empty() {
         format!("token-{:x}", stable_hash(seed, &[token.as_bytes()]) & 0xffff_ffff)
@@ -187,7 +179,7 @@ fn url_slug(seed: u64, token: &str) -> String {
 }
 
 /// The ticker: a known one, else the first 3 to 5 ASCII letters or digits, upper-cased.
-fn symbol_of(token: &str) -> String {
+pub(super) fn symbol_of(token: &str) -> String {
     if let Some((_, symbol)) = KNOWN_SYMBOLS.iter().find(|(id, _)| *id == token) {
         return (*symbol).to_string();
     }
@@ -201,7 +193,7 @@ fn symbol_of(token: &str) -> String {
 }
 
 /// The display name: words of the id (split at `-` and `_`), each capitalised.
-fn display_name(token: &str) -> String {
+pub(super) fn display_name(token: &str) -> String {
     let words: Vec<String> = token
         .split(['-', '_'])
         .filter(|word| !word.is_empty())
@@ -221,7 +213,7 @@ fn display_name(token: &str) -> String {
 }
 
 /// Decimal places that keep about six significant digits for a price of this size.
-fn price_decimals(price: f64) -> usize {
+pub(super) fn price_decimals(price: f64) -> usize {
     match price {
         p if p >= 1000.0 => 2,
         p if p >= 1.0 => 4,
@@ -232,7 +224,7 @@ fn price_decimals(price: f64) -> usize {
 
 /// The token's price, as the decimal string `current_price` carries and as a number (the value
 /// of that string), shared by both endpoints so market prices sit around it.
-fn price_of(seed: u64, token: &str) -> (String, f64) {
+pub(super) fn price_of(seed: u64, token: &str) -> (String, f64) {
     let mut rng = Rng::new(seed, token, "price");
     let raw = 10f64.powf(rng.range(-4.0, 5.0));
     let text = format!("{:.*}", price_decimals(raw), raw);
@@ -240,226 +232,11 @@ fn price_of(seed: u64, token: &str) -> (String, f64) {
     (text, value)
 }
 
-/// The listing body (`{"data": {...}, "generalInfo": {...}}`) with every field family of the
-/// service reference, including its quirks: `current_price` and `macd_<i>` as text,
-/// `number_of_holders` null, `ohlc_updated_time` empty, 4h only on the grouped pattern fields.
-pub fn listing_body(seed: u64, token: &str) -> String {
-    let mut rng = Rng::new(seed, token, "listing");
-    let (price_text, price) = price_of(seed, token);
-    let decimals = price_decimals(price);
-    let id = json_string(token);
-    let name = display_name(token);
-    let site = url_slug(seed, token);
-    let categories = rng.some_of(CATEGORIES, 3, 0.1);
-    let tags: Vec<String> = categories.iter().map(|c| slug(c)).collect();
-    let exchanges = rng.some_of(EXCHANGES, 6, 0.05);
-
-    let circulating = rng.range(1e6, 1e11).round();
-    let total_supply = (circulating * rng.range(1.0, 1.5)).round();
-    let infinite_supply = rng.chance(0.2);
-    let max_supply = if infinite_supply { 0.0 } else { (total_supply * rng.range(1.0, 1.5)).round() };
-    let market_cap = price * circulating;
-    // Within the last few days of the Sandbox's "now" (always in 2026).
-    let updated_ms = SANDBOX_NOW_MS - rng.below(3 * 86_400_000) as i64;
-
-    let mut out = String::with_capacity(8192);
-    let o = &mut out;
-    let _ = write!(o, "{{\"data\":{{\"id\":{id},\"symbol_id\":{id},\"name\":{},\"symbol\":{},", json_string(&name), json_string(&symbol_of(token)));
-    let _ = write!(o, "\"image\":\"https://assets.sandbox.defilens.example/coins/{site}/large.png\",");
-    let _ = write!(o, "\"categories\":{},\"tags\":{},\"exchanges\":{},", json_list(&categories), json_list(&tags), json_list(&exchanges));
-    let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{infinite_supply},", !rng.chance(0.05));
-    let _ = write!(
-        o,
-        "\"last_updated\":\"{}\",\"updated_at\":\"{}\",\"ohlc_updated_time\":\"\",",
-        format_iso_timestamp(updated_ms),
-        format_iso_timestamp(updated_ms + rng.below(60_000) as i64)
-    );
-
-    let _ = write!(o, "\"current_price\":\"{price_text}\",\"circulating_supply\":{circulating:.0},\"total_supply\":{total_supply:.0},\"max_supply\":{max_supply:.0},");
-    let _ = write!(o, "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},", price * total_supply, 1 + rng.below(5000));
-    let _ = write!(o, "\"market_cap_dominance\":{:.4},\"total_volume\":{:.2},", rng.range(0.0, 55.0), market_cap * rng.range(0.01, 0.3));
-    let _ = write!(
-        o,
-        "\"ath\":{:.*},\"atl\":{:.*},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{:.3},",
-        decimals,
-        price * rng.range(1.0, 3.0),
-        decimals + 2,
-        price * rng.range(0.001, 0.5),
-        rng.range(0.0, 12.0),
-        market_cap * rng.range(0.0, 0.1),
-        rng.range(0.1, 12.0)
-    );
-    let _ = write!(o, "\"github_commit\":{},\"number_of_holders\":null,", rng.below(60_000));
-    if rng.chance(0.5) {
-        o.push_str("\"holders_change_percentage_24h\":null,");
-    } else {
-        let _ = write!(o, "\"holders_change_percentage_24h\":{:.3},", rng.range(-2.0, 2.0));
-    }
-
-    for field in [
-        "market_cap_change_percentage_24h", "market_cap_change_percentage_1w", "market_cap_percentage_change_7d",
-        "price_change_percentage_24h", "price_percent_change_1h", "price_percent_change_24h", "price_percent_change_7d",
-        "price_percent_change_30d", "price_percent_change_60d", "price_percent_change_90d", "price_percent_change_1w",
-        "volume_change_24h", "volume_change_1w", "volume_percentage_change_7d", "supply_percentage_change_24h",
-    ] {
-        let _ = write!(o, "\"{field}\":{:.4},", rng.range(-25.0, 25.0));
-    }
-
-    let open_interest = market_cap * rng.range(0.001, 0.05);
-    let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{:.6},", rng.range(-0.001, 0.001));
-    for window in ["1h", "4h", "24h"] {
-        let _ = write!(o, "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},", rng.range(-10.0, 10.0), rng.range(0.5, 2.0));
-        let _ = write!(
-            o,
-            "\"long_liquidation_{window}\":{:.2},\"short_liquidation_{window}\":{:.2},",
-            open_interest * rng.range(0.0, 0.01),
-            open_interest * rng.range(0.0, 0.01)
-        );
-    }
-
-    for (step, interval) in TA_INTERVALS.iter().enumerate() {
-        for period in [7, 14, 25] {
-            let _ = write!(o, "\"rsi{period}_{interval}\":{:.4},", rng.range(5.0, 95.0));
-        }
-        for period in [5, 20, 100] {
-            let _ = write!(o, "\"sma{period}_{interval}\":{:.*},", decimals + 2, price * rng.range(0.9, 1.1));
-        }
-        let middle = price * rng.range(0.95, 1.05);
-        let width = middle * rng.range(0.01, 0.1);
-        let _ = write!(
-            o,
-            "\"upper_bband_{interval}\":{:.p$},\"middle_bband_{interval}\":{middle:.p$},\"lower_bband_{interval}\":{:.p$},",
-            middle + width,
-            middle - width,
-            p = decimals + 2
-        );
-        let macd = if rng.chance(0.5) { "Cross Above" } else { "Cross Below" };
-        let _ = write!(o, "\"macd_{interval}\":\"{macd}\",");
-        let ta_updated_ms = SANDBOX_NOW_MS - (step as i64 + 1) * 300_000 - rng.below(60) as i64 * 1000;
-        let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(ta_updated_ms));
-        for (family, names) in [
-            ("single_pattern", SINGLE_CANDLES),
-            ("double_pattern", DOUBLE_CANDLES),
-            ("tripple_pattern", TRIPLE_CANDLES),
-            ("chartpattern", CHART_PATTERNS),
-            ("candlestick_pattern", SUMMARY_CANDLES),
-        ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 3, PATTERN_EMPTY_SHARE)));
-        }
-    }
-
-    for interval in GROUPED_INTERVALS {
-        for (family, names) in [
-            ("triangle_pattern", TRIANGLES),
-            ("head_shoulder_pattern", HEAD_SHOULDERS),
-            ("multiple_top_bottom_pattern", MULTIPLE_TOPS_BOTTOMS),
-            ("double_top_bottom_pattern", DOUBLE_TOPS_BOTTOMS),
-            ("wedge_pattern", WEDGES),
-            ("channel_pattern", CHANNELS),
-        ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 1, 0.6)));
-        }
-    }
-    o.pop(); // the comma after the last field
-
-    let description = format!(
-        "{name} is a digital asset tracked by DeFi Lens, listed on {} exchanges. This text was generated by the defilens Sandbox and describes nothing real.",
-        exchanges.len()
-    );
-    let _ = write!(o, "}},\"generalInfo\":{{\"description\":{},", json_string(&description));
-    let _ = write!(o, "\"websites\":[\"https://{site}.example.org\"],");
-    let _ = write!(o, "\"explorers\":[\"https://explorer.example.com/token/{site}\",\"https://scan.example.net/address/0x{:016x}\"],", rng.next_u64());
-    let mut community_link = |host: &str, prefix: &str| {
-        if rng.chance(0.3) {
-            "null".to_string()
-        } else {
-            format!("\"https://{host}/{prefix}{site}\"")
-        }
-    };
-    let twitter = community_link("twitter.com", "");
-    let reddit = community_link("www.reddit.com", "r/");
-    let facebook = community_link("www.facebook.com", "");
-    let github = community_link("github.com", "");
-    let telegram = community_link("t.me", "");
-    let _ = write!(o, "\"community\":{{\"twitter\":{twitter},\"reddit\":{reddit},\"facebook\":{facebook},\"github\":{github},\"telegram\":{telegram}}},");
-    if rng.chance(0.25) {
-        o.push_str("\"chains\":[");
-        let chain_count = 1 + rng.below(3);
-        for (i, chain) in ["ethereum", "binance-smart-chain", "arbitrum-one"].iter().take(chain_count).enumerate() {
-            if i > 0 {
-                o.push(',');
-            }
-            let _ = write!(o, "{{\"name\":\"{chain}\",\"address\":\"0x{:016x}{:016x}{:08x}\"}}", rng.next_u64(), rng.next_u64(), rng.next_u64() as u32);
-        }
-        o.push_str("],");
-    } else {
-        o.push_str("\"chains\":[],");
-    }
-    let _ = write!(o, "\"categories\":{}}}}}", json_list(&categories));
-    out
-}
-
-/// The markets body (`{"data": [...], "total": N}`): 3 to 30 entries with distinct
-/// (exchange, quote) pairs around the listing's price. About one token in five reports a `total`
-/// larger than the list, as the service sometimes does.
-pub fn markets_body(seed: u64, token: &str) -> String {
-    let mut rng = Rng::new(seed, token, "markets");
-    let (_, price) = price_of(seed, token);
-    let decimals = price_decimals(price) + 2;
-    let symbol = symbol_of(token);
-    let count = 3 + rng.below(28);
-    let shares: Vec<f64> = (0..count).map(|_| rng.range(0.05, 1.0).powi(3)).collect();
-    let share_total: f64 = shares.iter().sum();
-    let total_volume = rng.range(1e5, 1e10);
-
-    // Walk the (exchange, quote) grid from a random start with a stride coprime to its size, so
-    // pairs never repeat within a body.
-    let pair_count = EXCHANGES.len() * QUOTES.len();
-    let start = rng.below(pair_count);
-    let stride = [7, 11, 13, 17, 19, 23][rng.below(6)];
-
-    let mut out = String::with_capacity(count * 480 + 32);
-    out.push_str("{\"data\":[");
-    for (i, share) in shares.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let pair_index = (start + i * stride) % pair_count;
-        let exchange = EXCHANGES[pair_index / QUOTES.len()];
-        let quote = QUOTES[pair_index % QUOTES.len()];
-        let exchange_slug = slug(exchange);
-        let volume_percent = share / share_total * 100.0;
-        let volume_usd = total_volume * volume_percent / 100.0;
-        let _ = write!(
-            out,
-            "{{\"id\":\"{:016x}\",\"exchangeName\":{},\"exchangeImage\":\"https://assets.sandbox.defilens.example/exchanges/{exchange_slug}.png\",",
-            rng.next_u64(),
-            json_string(exchange)
-        );
-        let _ = write!(
-            out,
-            "\"marketPair\":{},\"marketUrl\":\"https://{exchange_slug}.example.com/trade/{symbol}_{quote}\",",
-            json_string(&format!("{symbol}/{quote}"))
-        );
-        let _ = write!(
-            out,
-            "\"price\":{:.*},\"volumeUsd\":{volume_usd:.2},\"liquidity_score\":{},\"depthUsdPositiveTwo\":{:.2},\"depthUsdNegativeTwo\":{:.2},\"volumePercent\":{volume_percent:.4},\"marketReputation\":{}}}",
-            decimals,
-            price * rng.range(0.995, 1.005),
-            rng.below(1001),
-            volume_usd * rng.range(0.001, 0.05),
-            volume_usd * rng.range(0.001, 0.05),
-            rng.below(6)
-        );
-    }
-    let total = if rng.chance(0.2) { count + 1 + rng.below(40) } else { count };
-    let _ = write!(out, "],\"total\":{total}}}");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::listing_body::listing_body;
+    use crate::sandbox::markets_body::markets_body;
     use serde_json::Value;
 
     fn parse(body: &str) -> Value {

@@ -137,17 +137,20 @@ pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 }
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS+00`, the service's TA form.
+#[cfg(any(test, feature = "sandbox"))]
 pub fn format_ta_timestamp(ms: i64) -> String {
     let (y, mo, d, h, mi, s) = civil_from_ms(ms);
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}+00")
 }
 
 /// Formats milliseconds since the epoch as ISO 8601 with milliseconds and `Z`.
+#[cfg(any(test, feature = "sandbox"))]
 pub fn format_iso_timestamp(ms: i64) -> String {
     let (y, mo, d, h, mi, s) = civil_from_ms(ms);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", ms.rem_euclid(1000))
 }
 
+#[cfg(any(test, feature = "sandbox"))]
 fn civil_from_ms(ms: i64) -> (i64, u32, u32, u32, u32, u32) {
     let days = ms.div_euclid(86_400_000);
     let secs_of_day = ms.rem_euclid(86_400_000) / 1000;

@@ -3,7 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::config::{DEFAULT_BACKOFF_SECS, DEFAULT_MAX_RETRIES};
 use crate::error::Error;
+
+/// The longest `Retry-After` honoured as it is.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 pub struct RetryPolicy {
@@ -19,10 +23,10 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            max_retries: 3,
-            initial_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(8),
-            max_retry_after: Duration::from_secs(60),
+            max_retries: DEFAULT_MAX_RETRIES,
+            initial_delay: Duration::from_secs_f64(DEFAULT_BACKOFF_SECS.0),
+            max_delay: Duration::from_secs_f64(DEFAULT_BACKOFF_SECS.1),
+            max_retry_after: MAX_RETRY_AFTER,
         }
     }
 }
@@ -83,7 +87,7 @@ pub fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Endpoint;
+    use crate::model::Endpoint;
 
     fn api(status: u16, retry_after: Option<f64>) -> Error {
         Error::Api { status, token: "t".into(), endpoint: Endpoint::Listing, body: String::new(), retry_after }

@@ -1,118 +1,26 @@
-//! The HTTP side: one shared connection pool, request building, the retry loop, the rate
-//! limit and the response cache. Everything here is async and runs on `runtime::runtime()`.
+//! One logical request with its retries, on a connection pool shared by the whole process.
+//! Everything here is async and runs on `runtime::runtime()`.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, RETRY_AFTER, USER_AGENT};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
+use super::backoff_gauge::BackoffGauge;
+use super::cache::ResponseCache;
+use super::config::ClientConfig;
+use super::limiter::RateLimiter;
+use super::retry::parse_retry_after;
+use super::url::{encode_path_segment, is_loopback_url, redact_url_credentials};
 use crate::error::{Endpoint, Error};
-use crate::retry::{parse_retry_after, RetryPolicy};
 
-pub const DEFAULT_BASE_URL: &str = "https://api.defilens.ai";
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 const ERROR_BODY_EXCERPT: usize = 300;
+/// Bytes of a non-2xx body read for the error's excerpt.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Clone)]
-pub struct ClientConfig {
-    pub base_url: String,
-    pub api_key: Option<String>,
-    /// Per attempt, from connecting until the whole body has arrived.
-    pub timeout: Duration,
-    pub retry: RetryPolicy,
-    pub concurrency: usize,
-    /// Requests per second across the client.
-    pub rate_limit: Option<f64>,
-    pub cache_ttl: Option<Duration>,
-    pub proxy: Option<String>,
-    pub max_response_bytes: usize,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        Self {
-            base_url: DEFAULT_BASE_URL.into(),
-            api_key: None,
-            timeout: Duration::from_secs(30),
-            retry: RetryPolicy::default(),
-            concurrency: 16,
-            rate_limit: None,
-            cache_ttl: None,
-            proxy: None,
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-        }
-    }
-}
-
-impl fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("timeout", &self.timeout)
-            .field("retry", &self.retry)
-            .field("concurrency", &self.concurrency)
-            .field("rate_limit", &self.rate_limit)
-            .field("cache_ttl", &self.cache_ttl)
-            .field("proxy", &self.proxy.as_ref().map(|p| redact_url_credentials(p)))
-            .field("max_response_bytes", &self.max_response_bytes)
-            .finish()
-    }
-}
-
-/// `http://user:pass@host` -> `http://***@host`, for anything that prints a proxy URL.
-pub fn redact_url_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => format!("{}***{}", &url[..scheme_end + 3], &url[at..]),
-        _ => url.to_string(),
-    }
-}
-
-/// Checks a token id before any request: it must be a non-blank string that can be sent as
-/// exactly one path segment.
-pub fn validate_token_id(id: &str) -> Result<(), Error> {
-    if id.trim().is_empty() {
-        return Err(Error::InvalidArgument(format!(
-            "token ids must be non-empty strings, got {id:?}"
-        )));
-    }
-    if id == "." || id == ".." {
-        // URL parsers resolve these (and their percent-encoded forms) as dot-segments, so no
-        // encoding can carry them to the service as an id.
-        return Err(Error::InvalidArgument(format!(
-            "token id {id:?} cannot be sent: URLs treat it as a relative path"
-        )));
-    }
-    Ok(())
-}
-
-/// Percent-encodes a token id as one path segment: only RFC 3986 unreserved bytes stay as
-/// they are, so `/`, `?`, `#`, `%`, spaces and non-ASCII can never change the path or add a
-/// query.
-pub fn encode_path_segment(id: &str) -> String {
-    let mut out = String::with_capacity(id.len() + 8);
-    for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-pub fn is_loopback_url(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else { return false };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
 
 fn install_crypto_provider() {
     // reqwest is built without a bundled provider; ring is ours. Installing twice is harmless.
@@ -137,57 +45,6 @@ static SHARED_CLIENT: LazyLock<Result<reqwest::Client, String>> =
 static LOOPBACK_CLIENT: LazyLock<Result<reqwest::Client, String>> =
     LazyLock::new(|| client_builder().no_proxy().build().map_err(|e| e.to_string()));
 
-/// Spaces requests evenly so that at most `rate` start per second across the client.
-struct RateLimiter {
-    interval: Option<Duration>,
-    next_slot: Mutex<Instant>,
-}
-
-impl RateLimiter {
-    fn new(rate: Option<f64>) -> Self {
-        let interval = rate.filter(|r| *r > 0.0 && r.is_finite()).map(|r| Duration::from_secs_f64(1.0 / r));
-        Self { interval, next_slot: Mutex::new(Instant::now()) }
-    }
-
-    async fn wait_turn(&self) {
-        let Some(interval) = self.interval else { return };
-        let slot = {
-            let mut next = self.next_slot.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = (*next).max(Instant::now());
-            *next = slot + interval;
-            slot
-        };
-        tokio::time::sleep_until(slot.into()).await;
-    }
-}
-
-/// Successful bodies by URL, for `cache_ttl`.
-struct ResponseCache {
-    ttl: Option<Duration>,
-    entries: Mutex<HashMap<String, (Instant, Bytes)>>,
-}
-
-impl ResponseCache {
-    fn get(&self, url: &str) -> Option<Bytes> {
-        let ttl = self.ttl?;
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(url).filter(|(at, _)| at.elapsed() < ttl).map(|(_, body)| body.clone())
-    }
-
-    fn put(&self, url: &str, body: &Bytes) {
-        let Some(ttl) = self.ttl else { return };
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= 4096 {
-            entries.retain(|_, (at, _)| at.elapsed() < ttl);
-        }
-        entries.insert(url.to_string(), (Instant::now(), body.clone()));
-    }
-
-    fn clear(&self) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
-
 /// The outcome of one logical request (all its attempts).
 #[derive(Debug)]
 pub struct Exchange {
@@ -200,39 +57,6 @@ pub struct Exchange {
     /// When the final answer arrived, in ms since the epoch.
     pub fetched_at: i64,
     pub cached: bool,
-}
-
-/// How many requests are waiting out a retry delay, with a signal each time one starts to.
-#[derive(Default)]
-pub struct BackoffGauge {
-    waiting: AtomicUsize,
-    started_waiting: Notify,
-}
-
-impl BackoffGauge {
-    pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    /// Completes when a request has started waiting since the last call (at once if one has).
-    pub async fn started_waiting(&self) {
-        self.started_waiting.notified().await
-    }
-
-    /// Counts the caller until the guard is dropped (also when its request is cancelled).
-    fn enter(&self) -> BackoffGuard<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        self.started_waiting.notify_one();
-        BackoffGuard(self)
-    }
-}
-
-struct BackoffGuard<'a>(&'a BackoffGauge);
-
-impl Drop for BackoffGuard<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 pub fn now_ms() -> i64 {
@@ -255,33 +79,12 @@ impl fmt::Debug for HttpClient {
 }
 
 impl HttpClient {
+    /// A client for checked settings (`ClientConfig::new`).
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         let invalid = |message: String| Error::InvalidArgument(message);
-        let base_url = config.base_url.trim().trim_end_matches('/').to_string();
+        let base_url = config.base_url.clone();
         let parsed = reqwest::Url::parse(&base_url)
             .map_err(|e| invalid(format!("base_url {base_url:?} is not a valid URL: {e}")))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(invalid(format!("base_url must start with http:// or https://, got {base_url:?}")));
-        }
-        if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(invalid(format!("base_url must not have a query or fragment, got {base_url:?}")));
-        }
-        if config.timeout.is_zero() {
-            return Err(invalid("timeout must be positive".into()));
-        }
-        if config.concurrency == 0 {
-            return Err(invalid("concurrency must be at least 1".into()));
-        }
-        if let Some(rate) = config.rate_limit {
-            if !(rate > 0.0 && rate.is_finite()) {
-                return Err(invalid(format!("rate_limit must be a positive number of requests per second, got {rate}")));
-            }
-        }
-        if let Some(key) = &config.api_key {
-            if HeaderValue::from_str(key).is_err() {
-                return Err(invalid("api_key contains characters that cannot be sent in an HTTP header".into()));
-            }
-        }
         let http = match &config.proxy {
             Some(proxy) => {
                 let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|_| {
@@ -298,7 +101,7 @@ impl HttpClient {
         Ok(Self {
             in_flight: Arc::new(Semaphore::new(config.concurrency)),
             limiter: RateLimiter::new(config.rate_limit),
-            cache: ResponseCache { ttl: config.cache_ttl, entries: Mutex::new(HashMap::new()) },
+            cache: ResponseCache::new(config.cache_ttl),
             base_url,
             http,
             config,
@@ -314,11 +117,7 @@ impl HttpClient {
     }
 
     pub fn url_for(&self, token: &str, endpoint: Endpoint) -> String {
-        let path = match endpoint {
-            Endpoint::Listing => "/listings/",
-            Endpoint::Markets => "/listings/market/",
-        };
-        format!("{}{}{}", self.base_url, path, encode_path_segment(token))
+        format!("{}{}{}", self.base_url, endpoint.path_prefix(), encode_path_segment(token))
     }
 
     /// How many requests this client runs at once.
@@ -388,7 +187,7 @@ impl HttpClient {
         let mut response = request.send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let success = response.status().is_success();
-        let limit = if success { self.config.max_response_bytes } else { 64 * 1024 };
+        let limit = if success { self.config.max_response_bytes } else { ERROR_BODY_LIMIT };
         let retry_after = response
             .headers()
             .get("retry-after-ms")
@@ -480,44 +279,15 @@ fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::config::Settings;
 
-    #[test]
-    fn backoff_gauge_counts_requests_while_they_wait_and_signals_each_start() {
-        let gauge = BackoffGauge::default();
-        let first = gauge.enter();
-        let second = gauge.enter();
-        assert_eq!(gauge.waiting(), 2);
-        drop(first);
-        assert_eq!(gauge.waiting(), 1);
-        drop(second);
-        assert_eq!(gauge.waiting(), 0);
-        // The starts above left a signal for the next waiter.
-        crate::runtime::runtime().block_on(async {
-            tokio::time::timeout(Duration::from_secs(5), gauge.started_waiting()).await.expect("signalled")
-        });
-    }
-
-    #[test]
-    fn ids_become_one_segment() {
-        assert_eq!(encode_path_segment("bitcoin"), "bitcoin");
-        assert_eq!(encode_path_segment("a/b"), "a%2Fb");
-        assert_eq!(encode_path_segment("../x"), "..%2Fx");
-        assert_eq!(encode_path_segment("a?b#c d%"), "a%3Fb%23c%20d%25");
-        assert_eq!(encode_path_segment("é"), "%C3%A9");
-    }
-
-    #[test]
-    fn ids_are_validated() {
-        assert!(validate_token_id("bitcoin").is_ok());
-        assert!(validate_token_id("").is_err());
-        assert!(validate_token_id("  \t").is_err());
-        assert!(validate_token_id("..").is_err());
-        assert!(validate_token_id("...").is_ok());
+    fn config(settings: Settings) -> Result<ClientConfig, Error> {
+        ClientConfig::new(settings)
     }
 
     #[test]
     fn urls_keep_the_encoded_segment() {
-        let client = HttpClient::new(ClientConfig { base_url: "http://127.0.0.1:9/v1/".into(), ..Default::default() }).unwrap();
+        let client = HttpClient::new(config(Settings { base_url: Some("http://127.0.0.1:9/v1/".into()), ..Default::default() }).unwrap()).unwrap();
         let url = client.url_for("a/b?c#d", Endpoint::Markets);
         assert_eq!(url, "http://127.0.0.1:9/v1/listings/market/a%2Fb%3Fc%23d");
         let parsed = reqwest::Url::parse(&url).unwrap();
@@ -529,13 +299,12 @@ mod tests {
 
     #[test]
     fn config_is_checked_and_the_key_redacted() {
-        assert!(HttpClient::new(ClientConfig { base_url: "ftp://x".into(), ..Default::default() }).is_err());
-        assert!(HttpClient::new(ClientConfig { base_url: "not a url".into(), ..Default::default() }).is_err());
-        assert!(HttpClient::new(ClientConfig { concurrency: 0, ..Default::default() }).is_err());
-        let config = ClientConfig { api_key: Some("sk-secret".into()), ..Default::default() };
+        assert!(config(Settings { base_url: Some("ftp://x".into()), ..Default::default() }).is_err());
+        assert!(config(Settings { base_url: Some("not a url".into()), ..Default::default() }).is_err());
+        assert!(config(Settings { concurrency: Some(0), ..Default::default() }).is_err());
+        let config = config(Settings { api_key: Some("sk-secret".into()), ..Default::default() }).unwrap();
         assert!(!format!("{config:?}").contains("sk-secret"));
         let client = HttpClient::new(config).unwrap();
         assert!(!format!("{client:?}").contains("sk-secret"));
-        assert_eq!(redact_url_credentials("http://u:p@proxy:8080"), "http://***@proxy:8080");
     }
 }

@@ -1,32 +1,25 @@
 //! The successful response bodies of a batch, kept for `Frames.raw`, compressed.
 //!
 //! Few callers ever read `Frames.raw`, but it must lose nothing, so every body is kept: lz4
-//! against a dictionary, a sample body of the same endpoint (the service repeats the same keys
-//! in every body, which the dictionary turns into short back-references: the Sandbox's listings
-//! shrink to about 38% of their size, against 54% without one), packed end to end into large
+//! against a dictionary, a sample body of the same endpoint (`model::samples`; the service
+//! repeats the same keys in every body, which the dictionary turns into short back-references:
+//! the Sandbox's listings shrink to about 38% of their size, against 54% without one), packed
+//! end to end into large
 //! segments rather than one heap allocation per body, whose headers and holes would add a
 //! third again.
 //!
 //! Compressing (`CompressedBody::new`) and storing (`RawStore::push`) are separate so that the
 //! compression can run on the thread that received the body, in parallel with the others.
 
-use std::sync::LazyLock;
-
-use crate::error::Endpoint;
-use crate::sandbox_data::{listing_body, markets_body};
+use crate::model::{samples, Endpoint};
 
 /// Segments are filled, never grown, so no body is ever copied twice.
 const SEGMENT_BYTES: usize = 4 << 20;
 
-/// A typical body of each endpoint: every key of the wire format, in the service's order.
-static DICTIONARIES: LazyLock<[Box<[u8]>; 2]> = LazyLock::new(|| {
-    [listing_body(0, "dictionary").into_bytes().into(), markets_body(0, "dictionary").into_bytes().into()]
-});
-
 fn dictionary(endpoint: Endpoint) -> &'static [u8] {
     match endpoint {
-        Endpoint::Listing => &DICTIONARIES[0],
-        Endpoint::Markets => &DICTIONARIES[1],
+        Endpoint::Listing => samples::LISTING,
+        Endpoint::Markets => samples::MARKETS,
     }
 }
 
@@ -111,15 +104,20 @@ impl RawStore {
 mod tests {
     use super::*;
 
+    fn sample(endpoint: Endpoint, token: &str) -> Vec<u8> {
+        let text = std::str::from_utf8(dictionary(endpoint)).unwrap();
+        text.replace("dictionary", token).into_bytes()
+    }
+
     #[test]
     fn bodies_come_back_as_pushed_in_order() {
         let mut store = RawStore::new();
         let mut expected = Vec::new();
         for i in 0..300 {
             let (endpoint, body) = if i % 3 == 0 {
-                (Endpoint::Markets, crate::sandbox::markets_body(0, &format!("t{i}")).into_bytes())
+                (Endpoint::Markets, sample(Endpoint::Markets, &format!("t{i}")))
             } else {
-                (Endpoint::Listing, crate::sandbox::listing_body(0, &format!("t{i}")).into_bytes())
+                (Endpoint::Listing, sample(Endpoint::Listing, &format!("t{i}")))
             };
             store.push(format!("t{i}"), endpoint, &CompressedBody::new(endpoint, &body));
             expected.push((format!("t{i}"), endpoint, body));

@@ -9,8 +9,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::model::ScalarType;
-use crate::timestamp::parse_timestamp_ms;
+use super::fields::ScalarType;
+use super::timestamp::parse_timestamp_ms;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value<'de> {
@@ -49,8 +49,9 @@ impl Value<'_> {
 }
 
 /// A value converted to its column's type.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Typed<'de> {
+    #[default]
     Null,
     Str(Cow<'de, str>),
     F64(f64),
@@ -282,7 +283,8 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
 
 fn float_to_i64(v: f64) -> Result<i64, String> {
     // i64::MAX as f64 rounds up to 2^63, so the upper bound is exclusive.
-    if v.is_finite() && v.fract() == 0.0 && v >= -9.223_372_036_854_775_808e18 && v < 9.223_372_036_854_775_808e18 {
+    const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+    if v.is_finite() && v.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&v) {
         Ok(v as i64)
     } else {
         Err(format!("expected an integer, found {v}"))

@@ -1,11 +1,12 @@
-//! Column builders and the contract's frames: names, column order and dtypes live here.
+//! Column builders for the contract's dtypes, in polars' own layout.
 
 use std::sync::LazyLock;
 
 use polars::prelude::*;
 
-use crate::model::{ScalarType, INTERVALS, MARKET_FIELDS};
-use crate::value::Typed;
+use crate::model::fields::ScalarType;
+use crate::model::value::Typed;
+use crate::model::{Interval, INTERVALS};
 
 /// `pl.Enum(["5m", "15m", "1h", "4h", "24h", "1w"])`, the same in every frame.
 pub static INTERVAL_DTYPE: LazyLock<DataType> = LazyLock::new(|| {
@@ -13,10 +14,6 @@ pub static INTERVAL_DTYPE: LazyLock<DataType> = LazyLock::new(|| {
         .expect("six categories fit any Enum");
     DataType::from_frozen_categories(categories)
 });
-
-pub fn datetime_utc() -> DataType {
-    DataType::Datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC))
-}
 
 fn name(text: &str) -> PlSmallStr {
     PlSmallStr::from_str(text)
@@ -112,16 +109,30 @@ pub fn millis_column(column: &str, values: Vec<Option<i64>>) -> Column {
         .into_column()
 }
 
-pub fn interval_column(column: &str, indices: Vec<u8>) -> Column {
-    let physical = UInt8Chunked::from_vec(name(column), indices);
-    // SAFETY: every index comes from `model::interval_index`, so it is < INTERVALS.len().
-    unsafe {
-        CategoricalChunked::<Categorical8Type>::from_cats_and_dtype_unchecked(
-            physical,
-            INTERVAL_DTYPE.clone(),
-        )
+/// An `interval` column: the physical Enum indices, filled only from `Interval`s.
+pub struct IntervalColumn {
+    name: PlSmallStr,
+    indices: Vec<u8>,
+}
+
+impl IntervalColumn {
+    pub fn new(column: &str, capacity: usize) -> Self {
+        Self { name: name(column), indices: Vec::with_capacity(capacity) }
     }
-    .into_column()
+
+    pub fn push(&mut self, interval: Interval) {
+        self.indices.push(interval.index());
+    }
+
+    pub fn finish(self) -> Column {
+        let physical = UInt8Chunked::from_vec(self.name, self.indices);
+        // SAFETY: every index came from an `Interval`, whose index is < INTERVALS.len(), the
+        // number of categories of INTERVAL_DTYPE.
+        unsafe {
+            CategoricalChunked::<Categorical8Type>::from_cats_and_dtype_unchecked(physical, INTERVAL_DTYPE.clone())
+        }
+        .into_column()
+    }
 }
 
 pub fn f64_column(column: &str, values: Vec<Option<f64>>) -> Column {
@@ -144,100 +155,13 @@ pub fn list_builder(column: &str, capacity: usize) -> ListStringChunkedBuilder {
     ListStringChunkedBuilder::new(name(column), capacity, capacity * 2)
 }
 
+pub fn finish_list(mut builder: ListStringChunkedBuilder) -> Column {
+    builder.finish().into_column()
+}
+
 pub fn frame(columns: Vec<Column>) -> DataFrame {
     let height = columns.first().map_or(0, |c| c.len());
     DataFrame::new(height, columns).expect("frame columns have equal lengths and unique names")
-}
-
-/// The frames built from listing bodies.
-pub struct ListingFrames {
-    pub snapshot: DataFrame,
-    pub indicators: DataFrame,
-    pub signals: DataFrame,
-    pub patterns: DataFrame,
-    pub ta_updated: DataFrame,
-    pub info: DataFrame,
-}
-
-impl ListingFrames {
-    pub fn vstack(&mut self, other: ListingFrames) {
-        for (mine, theirs) in [
-            (&mut self.snapshot, other.snapshot),
-            (&mut self.indicators, other.indicators),
-            (&mut self.signals, other.signals),
-            (&mut self.patterns, other.patterns),
-            (&mut self.ta_updated, other.ta_updated),
-            (&mut self.info, other.info),
-        ] {
-            mine.vstack_mut_owned(theirs).expect("frames of one schema");
-        }
-    }
-
-    pub fn into_named(self) -> Vec<(&'static str, DataFrame)> {
-        vec![
-            ("snapshot", self.snapshot),
-            ("indicators", self.indicators),
-            ("signals", self.signals),
-            ("patterns", self.patterns),
-            ("ta_updated", self.ta_updated),
-            ("info", self.info),
-        ]
-    }
-}
-
-/// Column names of the markets frame, in order.
-pub fn markets_columns() -> Vec<&'static str> {
-    let mut names = vec!["token"];
-    for (_, column, _) in MARKET_FIELDS.iter().take(4) {
-        names.push(column);
-    }
-    names.extend(["base", "quote"]);
-    for (_, column, _) in MARKET_FIELDS.iter().skip(4) {
-        names.push(column);
-    }
-    names.push("fetched_at");
-    names
-}
-
-/// One HTTP exchange as recorded in the `log` frame.
-#[derive(Clone, Debug)]
-pub struct LogRecord {
-    pub token: String,
-    pub endpoint: &'static str,
-    pub ok: bool,
-    pub status: Option<u16>,
-    pub kind: Option<&'static str>,
-    pub message: Option<String>,
-    pub attempts: u32,
-    pub elapsed_ms: f64,
-    pub total: Option<i64>,
-    pub fetched_at: Option<i64>,
-}
-
-pub fn log_frame(records: &[LogRecord]) -> DataFrame {
-    let n = records.len();
-    let mut token = str_builder("token", n);
-    let mut endpoint = str_builder("endpoint", n);
-    let mut kind = str_builder("kind", n);
-    let mut message = str_builder("message", n);
-    for r in records {
-        token.append_value(&r.token);
-        endpoint.append_value(r.endpoint);
-        kind.append_option(r.kind);
-        message.append_option(r.message.as_deref());
-    }
-    frame(vec![
-        token.finish().into_column(),
-        endpoint.finish().into_column(),
-        bool_column("ok", records.iter().map(|r| r.ok).collect()),
-        i64_column("status", records.iter().map(|r| r.status.map(i64::from)).collect()),
-        kind.finish().into_column(),
-        message.finish().into_column(),
-        i64_column("attempts", records.iter().map(|r| Some(i64::from(r.attempts))).collect()),
-        f64_column("elapsed_ms", records.iter().map(|r| Some(r.elapsed_ms)).collect()),
-        i64_column("total", records.iter().map(|r| r.total).collect()),
-        millis_column("fetched_at", records.iter().map(|r| r.fetched_at).collect()),
-    ])
 }
 
 #[cfg(test)]
@@ -246,18 +170,14 @@ mod tests {
 
     #[test]
     fn interval_enum_keeps_order() {
-        let column = interval_column("interval", vec![5, 0, 3]);
+        let mut column = IntervalColumn::new("interval", 3);
+        for suffix in ["1w", "5m", "4h"] {
+            column.push(Interval::from_suffix(suffix).unwrap());
+        }
+        let column = column.finish();
         assert_eq!(column.dtype(), &*INTERVAL_DTYPE);
         let strings = column.cast(&DataType::String).unwrap();
         let values: Vec<_> = strings.str().unwrap().iter().collect();
         assert_eq!(values, vec![Some("1w"), Some("5m"), Some("4h")]);
-    }
-
-    #[test]
-    fn empty_log_has_its_schema() {
-        let log = log_frame(&[]);
-        assert_eq!(log.height(), 0);
-        assert_eq!(log.width(), 10);
-        assert_eq!(log.column("fetched_at").unwrap().dtype(), &datetime_utc());
     }
 }

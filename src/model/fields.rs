@@ -1,16 +1,10 @@
-//! The response model: what the service's field names mean and what type each becomes.
+//! The field catalogue: what the service's field names mean and what type each becomes.
 //!
 //! The listing object mixes fixed scalar fields with families of interval-suffixed fields
 //! (`rsi14_1h`, `tripple_pattern_24h`, `ta_5m_updated_at`). This module names them; the
-//! parser (`flatten`) decides per field where its value goes.
+//! parser (`parse::listing`) decides per field where its value goes.
 
-/// Candle intervals, ordered by duration. The index is the physical value of the `interval`
-/// Enum in every frame.
-pub const INTERVALS: [&str; 6] = ["5m", "15m", "1h", "4h", "24h", "1w"];
-
-pub fn interval_index(suffix: &str) -> Option<u8> {
-    INTERVALS.iter().position(|i| *i == suffix).map(|p| p as u8)
-}
+use super::Interval;
 
 /// The target column type of a snapshot field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,12 +169,12 @@ pub enum FamilyKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SuffixedKey<'a> {
     /// `ta_<i>_updated_at`
-    TaUpdated { interval: u8 },
+    TaUpdated { interval: Interval },
     /// `<family>_<i>` of a known family; `name` is the indicator name or pattern family as it
     /// appears in frames.
-    Known { name: &'static str, kind: FamilyKind, interval: u8 },
+    Known { name: &'static str, kind: FamilyKind, interval: Interval },
     /// `<family>_<i>` of a family added after this was written; routed by JSON type alone.
-    Unknown { name: &'a str, interval: u8 },
+    Unknown { name: &'a str, interval: Interval },
 }
 
 const NUMERIC_FAMILIES: &[&str] = &[
@@ -209,7 +203,7 @@ const PATTERN_FAMILIES: &[(&str, &str)] = &[
 pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
     if let Some(rest) = key.strip_prefix("ta_") {
         if let Some(interval) = rest.strip_suffix("_updated_at") {
-            return interval_index(interval).map(|interval| SuffixedKey::TaUpdated { interval });
+            return Interval::from_suffix(interval).map(|interval| SuffixedKey::TaUpdated { interval });
         }
     }
     let split = key.rfind('_')?;
@@ -217,7 +211,7 @@ pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
     if prefix.is_empty() {
         return None;
     }
-    let interval = interval_index(suffix)?;
+    let interval = Interval::from_suffix(suffix)?;
     let known = |name, kind| Some(SuffixedKey::Known { name, kind, interval });
     if let Some(name) = NUMERIC_FAMILIES.iter().find(|f| **f == prefix) {
         known(name, FamilyKind::Numeric)
@@ -273,40 +267,44 @@ pub fn split_market_pair(pair: &str) -> (&str, Option<&str>) {
 mod tests {
     use super::*;
 
+    fn iv(suffix: &str) -> Interval {
+        Interval::from_suffix(suffix).unwrap()
+    }
+
     #[test]
     fn known_families_and_intervals() {
         assert_eq!(
             parse_suffixed_key("rsi14_1h"),
-            Some(SuffixedKey::Known { name: "rsi14", kind: FamilyKind::Numeric, interval: 2 })
+            Some(SuffixedKey::Known { name: "rsi14", kind: FamilyKind::Numeric, interval: iv("1h") })
         );
         assert_eq!(
             parse_suffixed_key("upper_bband_1w"),
-            Some(SuffixedKey::Known { name: "upper_bband", kind: FamilyKind::Numeric, interval: 5 })
+            Some(SuffixedKey::Known { name: "upper_bband", kind: FamilyKind::Numeric, interval: iv("1w") })
         );
         assert_eq!(
             parse_suffixed_key("macd_5m"),
-            Some(SuffixedKey::Known { name: "macd", kind: FamilyKind::Text, interval: 0 })
+            Some(SuffixedKey::Known { name: "macd", kind: FamilyKind::Text, interval: iv("5m") })
         );
         assert_eq!(
             parse_suffixed_key("tripple_pattern_24h"),
-            Some(SuffixedKey::Known { name: "triple", kind: FamilyKind::Patterns, interval: 4 })
+            Some(SuffixedKey::Known { name: "triple", kind: FamilyKind::Patterns, interval: iv("24h") })
         );
         assert_eq!(
             parse_suffixed_key("chartpattern_15m"),
-            Some(SuffixedKey::Known { name: "chart", kind: FamilyKind::Patterns, interval: 1 })
+            Some(SuffixedKey::Known { name: "chart", kind: FamilyKind::Patterns, interval: iv("15m") })
         );
         assert_eq!(
             parse_suffixed_key("wedge_pattern_4h"),
-            Some(SuffixedKey::Known { name: "wedge", kind: FamilyKind::Patterns, interval: 3 })
+            Some(SuffixedKey::Known { name: "wedge", kind: FamilyKind::Patterns, interval: iv("4h") })
         );
-        assert_eq!(parse_suffixed_key("ta_24h_updated_at"), Some(SuffixedKey::TaUpdated { interval: 4 }));
+        assert_eq!(parse_suffixed_key("ta_24h_updated_at"), Some(SuffixedKey::TaUpdated { interval: iv("24h") }));
     }
 
     #[test]
     fn unknown_families_and_non_suffixed_keys() {
         assert_eq!(
             parse_suffixed_key("ema50_1h"),
-            Some(SuffixedKey::Unknown { name: "ema50", interval: 2 })
+            Some(SuffixedKey::Unknown { name: "ema50", interval: iv("1h") })
         );
         assert_eq!(parse_suffixed_key("price_percent_change_30d"), None);
         assert_eq!(parse_suffixed_key("symbol"), None);

@@ -44,14 +44,10 @@ static TIMER: LazyLock<&'static Timer> = LazyLock::new(|| {
 /// this thread exists to be punctual.
 #[cfg(target_os = "linux")]
 fn reduce_timer_slack() {
-    const PR_SET_TIMERSLACK: i32 = 29;
-    extern "C" {
-        fn prctl(option: i32, ...) -> i32;
-    }
     // SAFETY: PR_SET_TIMERSLACK takes one unsigned long (nanoseconds) and changes only the
     // calling thread; a failure leaves the default slack, which is harmless.
     unsafe {
-        prctl(PR_SET_TIMERSLACK, 1 as std::ffi::c_ulong);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
     }
 }
 

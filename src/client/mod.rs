@@ -1,0 +1,15 @@
+//! The HTTP side: settings, where requests go, when to retry, the rate limit, the cache, and
+//! `HttpClient::get`, one logical request with its retries.
+
+mod backoff_gauge;
+mod cache;
+pub mod config;
+mod http_client;
+mod limiter;
+pub mod retry;
+pub mod url;
+
+pub use backoff_gauge::BackoffGauge;
+pub use config::{ClientConfig, Settings};
+pub use http_client::{now_ms, Exchange, HttpClient};
+pub use url::validate_token_id;

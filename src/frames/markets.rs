@@ -1,0 +1,87 @@
+//! The `markets` frame: one row per exchange market.
+
+use polars::prelude::*;
+
+use super::columns::{finish_millis, frame, i64_builder, str_builder, ColumnBuilder};
+use crate::model::fields::{split_market_pair, MARKET_FIELDS, MARKET_PAIR_INDEX};
+use crate::model::value::Typed;
+
+/// One market entry: a value per `MARKET_FIELDS` entry, in its order.
+pub type MarketRow<'de> = Vec<Typed<'de>>;
+
+/// Columns of the markets frame, filled body by body.
+pub struct MarketsColumns {
+    token: StringChunkedBuilder,
+    fields: Vec<ColumnBuilder>,
+    base: StringChunkedBuilder,
+    quote: StringChunkedBuilder,
+    fetched_at: PrimitiveChunkedBuilder<Int64Type>,
+}
+
+impl MarketsColumns {
+    /// `entries` is a capacity hint.
+    pub fn new(entries: usize) -> Self {
+        Self {
+            token: str_builder("token", entries),
+            fields: MARKET_FIELDS.iter().map(|(_, column, ty)| ColumnBuilder::new(column, *ty, entries)).collect(),
+            base: str_builder("base", entries),
+            quote: str_builder("quote", entries),
+            fetched_at: i64_builder("fetched_at", entries),
+        }
+    }
+
+    /// An empty row to fill.
+    pub fn new_row<'de>() -> MarketRow<'de> {
+        vec![Typed::Null; MARKET_FIELDS.len()]
+    }
+
+    /// Appends one entry; `base` and `quote` are split from its market pair.
+    pub fn append(&mut self, token: &str, fetched_at: Option<i64>, row: &MarketRow<'_>) {
+        self.token.append_value(token);
+        for (column, value) in self.fields.iter_mut().zip(row) {
+            column.push(value);
+        }
+        match &row[MARKET_PAIR_INDEX] {
+            Typed::Str(pair) => {
+                let (base, quote) = split_market_pair(pair);
+                self.base.append_value(base);
+                self.quote.append_option(quote);
+            }
+            _ => {
+                self.base.append_null();
+                self.quote.append_null();
+            }
+        }
+        self.fetched_at.append_option(fetched_at);
+    }
+
+    /// The frame: `token`, the fields up to the market pair, `base`, `quote`, the other
+    /// fields, `fetched_at`.
+    pub fn finish(self) -> DataFrame {
+        let mut columns = vec![self.token.finish().into_column()];
+        let mut fields = self.fields.into_iter().map(ColumnBuilder::finish);
+        columns.extend(fields.by_ref().take(MARKET_PAIR_INDEX + 1));
+        columns.push(self.base.finish().into_column());
+        columns.push(self.quote.finish().into_column());
+        columns.extend(fields);
+        columns.push(finish_millis(self.fetched_at));
+        frame(columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markets_columns_follow_the_contract() {
+        let frame = MarketsColumns::new(0).finish();
+        let names: Vec<_> = frame.get_column_names().iter().map(|s| s.to_string()).collect();
+        let expected = [
+            "token", "id", "exchange_name", "exchange_image", "market_pair", "base", "quote", "market_url", "price",
+            "volume_usd", "liquidity_score", "depth_usd_positive_two", "depth_usd_negative_two", "volume_percent",
+            "market_reputation", "fetched_at",
+        ];
+        assert_eq!(names, expected);
+    }
+}

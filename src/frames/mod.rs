@@ -1,0 +1,72 @@
+//! The contract's frames: their names, schemas and column builders. The only code that knows
+//! which columns a frame has and in which order; the parsers hand it one body's rows at a time.
+
+pub mod columns;
+pub mod listing;
+pub mod log;
+pub mod markets;
+
+use polars::prelude::DataFrame;
+
+pub use listing::{ListingColumns, ListingRows};
+pub use log::{log_frame, LogRecord};
+pub use markets::{MarketRow, MarketsColumns};
+
+/// Every frame of `Frames`, in order (`errors` is `log` filtered, so it is not built here).
+pub const FRAME_NAMES: [&str; 8] = ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log"];
+
+/// The frames built from listing bodies.
+pub struct ListingFrames {
+    pub snapshot: DataFrame,
+    pub indicators: DataFrame,
+    pub signals: DataFrame,
+    pub patterns: DataFrame,
+    pub ta_updated: DataFrame,
+    pub info: DataFrame,
+}
+
+impl ListingFrames {
+    pub fn vstack(&mut self, other: ListingFrames) {
+        for (mine, theirs) in [
+            (&mut self.snapshot, other.snapshot),
+            (&mut self.indicators, other.indicators),
+            (&mut self.signals, other.signals),
+            (&mut self.patterns, other.patterns),
+            (&mut self.ta_updated, other.ta_updated),
+            (&mut self.info, other.info),
+        ] {
+            mine.vstack_mut_owned(theirs).expect("frames of one schema");
+        }
+    }
+
+    /// `(name, frame)` pairs, named as in `FRAME_NAMES`.
+    pub fn into_named(self) -> [(&'static str, DataFrame); 6] {
+        [
+            (FRAME_NAMES[0], self.snapshot),
+            (FRAME_NAMES[1], self.indicators),
+            (FRAME_NAMES[2], self.signals),
+            (FRAME_NAMES[3], self.patterns),
+            (FRAME_NAMES[4], self.ta_updated),
+            (FRAME_NAMES[5], self.info),
+        ]
+    }
+}
+
+/// The frames of an empty result, with their full schemas.
+pub fn empty_frames() -> Vec<(&'static str, DataFrame)> {
+    let mut frames: Vec<_> = ListingColumns::new(0).finish().into_named().into_iter().collect();
+    frames.push((FRAME_NAMES[6], MarketsColumns::new(0).finish()));
+    frames.push((FRAME_NAMES[7], log_frame(&[])));
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_frames_are_named_in_order() {
+        let names: Vec<_> = empty_frames().iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, FRAME_NAMES);
+    }
+}

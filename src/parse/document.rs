@@ -1,0 +1,63 @@
+//! What every parser shares: running a visitor over a whole body, locating a failure (the
+//! field being read and the byte offset), and the `DeserializeSeed` glue of the visitors.
+
+use std::borrow::Cow;
+
+use serde::de::DeserializeSeed;
+
+/// Implements `DeserializeSeed` for a visitor that carries its own state, by asking the
+/// deserializer for the JSON shape it expects (`deserialize_map`, `_seq` or `_any`).
+macro_rules! seed_from_visitor {
+    ($visitor:ident, $shape:ident) => {
+        impl<'de> serde::de::DeserializeSeed<'de> for $visitor<'_, 'de> {
+            type Value = ();
+            fn deserialize<D: serde::de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+                deserializer.$shape(self)
+            }
+        }
+    };
+}
+pub(crate) use seed_from_visitor;
+
+/// The field being read, for error messages: (section, key); section `""` for the top level.
+pub type FieldPath<'de> = Option<(&'static str, Cow<'de, str>)>;
+
+pub fn field_label(field: &FieldPath<'_>) -> Option<String> {
+    field.as_ref().map(|(section, key)| if section.is_empty() { key.to_string() } else { format!("{section}.{key}") })
+}
+
+/// Runs `document` over the whole of `body`.
+pub fn parse_document<'de, S: DeserializeSeed<'de, Value = ()>>(body: &'de [u8], document: S) -> Result<(), serde_json::Error> {
+    match std::str::from_utf8(body) {
+        // Checked once for the whole body, so the parser need not check each string again.
+        Ok(text) => parse_with(serde_json::Deserializer::from_str(text), document),
+        // Not UTF-8: the byte reader finds where, and skipped fields may still hold anything.
+        Err(_) => parse_with(serde_json::Deserializer::from_slice(body), document),
+    }
+}
+
+fn parse_with<'de, R, S>(mut deserializer: serde_json::Deserializer<R>, document: S) -> Result<(), serde_json::Error>
+where
+    R: serde_json::de::Read<'de>,
+    S: DeserializeSeed<'de, Value = ()>,
+{
+    document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
+}
+
+/// serde_json's message without its position suffix, and the byte offset of that position.
+pub fn describe_json_error(err: &serde_json::Error, body: &[u8]) -> (String, Option<usize>) {
+    let text = err.to_string();
+    let message = match text.rfind(" at line ") {
+        Some(cut) if err.line() > 0 => text[..cut].to_string(),
+        _ => text,
+    };
+    let offset = (err.line() > 0).then(|| {
+        let line_start = body
+            .split_inclusive(|&b| b == b'\n')
+            .take(err.line() - 1)
+            .map(<[u8]>::len)
+            .sum::<usize>();
+        (line_start + err.column().saturating_sub(1)).min(body.len())
+    });
+    (message, offset)
+}

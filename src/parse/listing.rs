@@ -1,0 +1,446 @@
+//! Listing bodies into the listing frames.
+//!
+//! A body is read by serde visitors that look at each key once: scalar fields are converted to
+//! their column type, interval-suffixed fields are routed by the JSON type of their value into
+//! the long frames, everything else is skipped without being built. The rows of one body are
+//! collected first (borrowing strings from the body) and appended only when the whole body
+//! parsed, so a malformed body leaves no partial rows behind.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+
+use super::document::{describe_json_error, field_label, parse_document, seed_from_visitor, FieldPath};
+use crate::error::{Endpoint, Error};
+use crate::frames::listing::Name;
+use crate::frames::{ListingColumns, ListingFrames, ListingRows};
+use crate::model::fields::{
+    parse_suffixed_key, snapshot_field_index, unknown_pattern_family, FamilyKind, ScalarType, SuffixedKey,
+    COMMUNITY_KEYS, SNAPSHOT_FIELDS,
+};
+use crate::model::value::{convert, parse_number_text, BorrowedStr, Typed, Value};
+use crate::model::Interval;
+
+/// One listing response body and what is known about it.
+#[derive(Clone, Copy, Debug)]
+pub struct ListingBody<'a> {
+    pub body: &'a [u8],
+    /// The id the caller asked for; `None` takes the body's `data.id`.
+    pub token: Option<&'a str>,
+    pub fetched_at: Option<i64>,
+}
+
+/// One body on its way through the visitors.
+#[derive(Default)]
+struct PendingListing<'de> {
+    saw_data: bool,
+    rows: ListingRows<'de>,
+    field: FieldPath<'de>,
+}
+
+struct ListingDocument<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(ListingDocument, deserialize_map);
+
+impl<'de> Visitor<'de> for ListingDocument<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object with `data` and `generalInfo`")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            match key.as_ref() {
+                "data" => {
+                    pending.field = Some(("", key));
+                    map.next_value_seed(ListingData(pending))?;
+                    pending.saw_data = true;
+                }
+                "generalInfo" => {
+                    pending.field = Some(("", key));
+                    map.next_value_seed(GeneralInfo(pending))?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            pending.field = None;
+        }
+        Ok(())
+    }
+}
+
+struct ListingData<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(ListingData, deserialize_map);
+
+impl<'de> Visitor<'de> for ListingData<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the token listing object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            if let Some(index) = snapshot_field_index(&key) {
+                pending.field = Some(("data", key));
+                let value: Value<'de> = map.next_value()?;
+                pending.rows.scalars[index] =
+                    convert(value, SNAPSHOT_FIELDS[index].1).map_err(de::Error::custom)?;
+            } else if let Some(suffixed) = parse_suffixed_key(&key) {
+                let suffixed = own_suffixed(suffixed);
+                pending.field = Some(("data", key));
+                let value: Value<'de> = map.next_value()?;
+                route_suffixed(&mut pending.rows, suffixed, value).map_err(de::Error::custom)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+            // Between keys the error still belongs to `data`.
+            pending.field = Some(("", Cow::Borrowed("data")));
+        }
+        Ok(())
+    }
+}
+
+/// A suffixed key detached from the key's lifetime, so the key can move into `field`.
+enum OwnedSuffixed {
+    TaUpdated(Interval),
+    Family { name: Name, kind: Option<FamilyKind>, interval: Interval },
+}
+
+fn own_suffixed(key: SuffixedKey<'_>) -> OwnedSuffixed {
+    match key {
+        SuffixedKey::TaUpdated { interval } => OwnedSuffixed::TaUpdated(interval),
+        SuffixedKey::Known { name, kind, interval } => {
+            OwnedSuffixed::Family { name: Cow::Borrowed(name), kind: Some(kind), interval }
+        }
+        SuffixedKey::Unknown { name, interval } => {
+            OwnedSuffixed::Family { name: Cow::Owned(name.to_owned()), kind: None, interval }
+        }
+    }
+}
+
+/// The JSON-type rule of the contract: numbers -> indicators, strings -> signals, string
+/// arrays -> patterns. Known families are read tolerantly (a number in a string is still an
+/// indicator) and strictly (a boolean or object where a known family belongs is an error);
+/// values of unknown families that fit no frame are left to `Frames.raw`.
+fn route_suffixed<'de>(
+    rows: &mut ListingRows<'de>,
+    key: OwnedSuffixed,
+    value: Value<'de>,
+) -> Result<(), String> {
+    let (name, kind, interval) = match key {
+        OwnedSuffixed::TaUpdated(interval) => {
+            let millis = match convert(value, ScalarType::Datetime)? {
+                Typed::Millis(ms) => Some(ms),
+                _ => None,
+            };
+            rows.ta_updated.push((interval, millis));
+            return Ok(());
+        }
+        OwnedSuffixed::Family { name, kind, interval } => (name, kind, interval),
+    };
+    match value {
+        Value::Null => match kind {
+            Some(FamilyKind::Text) => rows.signals.push((interval, name, None)),
+            Some(FamilyKind::Patterns) => rows.patterns.push((interval, name, None)),
+            Some(FamilyKind::Numeric) | None => rows.indicators.push((interval, name, None)),
+        },
+        Value::Int(_) | Value::UInt(_) | Value::Float(_) => {
+            if kind == Some(FamilyKind::Patterns) {
+                return Err(format!("expected an array of pattern names, found {}", value.type_name()));
+            }
+            rows.indicators.push((interval, name, value.as_f64()));
+        }
+        Value::Str(text) => match kind {
+            Some(FamilyKind::Numeric) => match parse_number_text(&text) {
+                Ok(number) => rows.indicators.push((interval, name, number)),
+                Err(_) => rows.signals.push((interval, name, Some(text))),
+            },
+            Some(FamilyKind::Patterns) => {
+                if !text.trim().is_empty() {
+                    rows.patterns.push((interval, name, Some(text)));
+                }
+            }
+            Some(FamilyKind::Text) | None => rows.signals.push((interval, name, Some(text))),
+        },
+        Value::StrList(items) => {
+            if matches!(kind, Some(FamilyKind::Numeric | FamilyKind::Text)) {
+                return Err(format!("expected a {}, found an array", if kind == Some(FamilyKind::Numeric) { "number" } else { "string" }));
+            }
+            let family: Name = match (kind, name) {
+                (None, Cow::Owned(n)) => Cow::Owned(unknown_pattern_family(&n).to_owned()),
+                (_, n) => n,
+            };
+            for item in items.into_iter().flatten() {
+                rows.patterns.push((interval, family.clone(), Some(item)));
+            }
+        }
+        Value::Bool(_) | Value::Other(_) => {
+            if kind.is_some() {
+                return Err(format!("unexpected {}", value.type_name()));
+            }
+        }
+    }
+    Ok(())
+}
+
+struct GeneralInfo<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(GeneralInfo, deserialize_any);
+
+impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the generalInfo object or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            let target = match key.as_ref() {
+                "description" => Some((ScalarType::Str, 0)),
+                "websites" => Some((ScalarType::ListStr, 1)),
+                "explorers" => Some((ScalarType::ListStr, 2)),
+                "categories" => Some((ScalarType::ListStr, 3)),
+                _ => None,
+            };
+            let is_community = key == "community";
+            let is_chains = key == "chains";
+            pending.field = Some(("generalInfo", key));
+            if let Some((ty, slot)) = target {
+                let value: Value<'de> = map.next_value()?;
+                let typed = convert(value, ty).map_err(de::Error::custom)?;
+                let info = &mut pending.rows.info;
+                *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] = typed;
+            } else if is_community {
+                map.next_value_seed(Community(&mut pending.rows.info.community))?;
+            } else if is_chains {
+                let chains: Option<Vec<serde_json::Value>> = map.next_value()?;
+                pending.rows.info.chains = chains.map(|c| c.iter().map(|v| v.to_string()).collect());
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+            pending.field = Some(("", Cow::Borrowed("generalInfo")));
+        }
+        Ok(())
+    }
+}
+
+struct Community<'a, 'de>(&'a mut [Option<Cow<'de, str>>; 5]);
+
+seed_from_visitor!(Community, deserialize_any);
+
+impl<'de> Visitor<'de> for Community<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of community links or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            match COMMUNITY_KEYS.iter().position(|k| *k == key) {
+                Some(slot) => {
+                    let value: Value<'de> = map.next_value()?;
+                    self.0[slot] = match convert(value, ScalarType::Str).map_err(de::Error::custom)? {
+                        Typed::Str(s) if !s.is_empty() => Some(s),
+                        _ => None,
+                    };
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses listing bodies into the columns of the listing frames.
+pub struct ListingBuilder {
+    columns: ListingColumns,
+}
+
+impl ListingBuilder {
+    /// `tokens` is a capacity hint: the number of bodies expected.
+    pub fn new(tokens: usize) -> Self {
+        Self { columns: ListingColumns::new(tokens) }
+    }
+
+    /// Parses one listing body and appends its rows. Returns the token the rows carry.
+    /// On error nothing is appended.
+    pub fn append(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
+        let mut pending = PendingListing::default();
+        let decode_error = |field: Option<String>, offset: Option<usize>, message: String| Error::Decode {
+            token: input.token.map(str::to_owned),
+            endpoint: Endpoint::Listing,
+            field,
+            offset,
+            message,
+        };
+        let parsed = parse_document(input.body, ListingDocument(&mut pending));
+        if let Err(err) = parsed {
+            let (message, offset) = describe_json_error(&err, input.body);
+            return Err(decode_error(field_label(&pending.field), offset, message));
+        }
+        if !pending.saw_data {
+            return Err(decode_error(None, None, "the response has no `data` object".into()));
+        }
+        let token: Cow<'_, str> = match (input.token, &pending.rows.scalars[0]) {
+            (Some(token), _) => Cow::Borrowed(token),
+            (None, Typed::Str(id)) if !id.is_empty() => id.clone(),
+            (None, _) => {
+                return Err(decode_error(
+                    Some("data.id".into()),
+                    None,
+                    "the body has no `data.id`, so pass token_id= to name the token".into(),
+                ))
+            }
+        };
+        self.columns.append(&token, input.fetched_at, pending.rows);
+        Ok(token.into_owned())
+    }
+
+    pub fn finish(self) -> ListingFrames {
+        self.columns.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polars::prelude::*;
+
+    const LISTING: &str = r#"{
+      "data": {
+        "id": "bitcoin", "symbol": "BTC", "name": "Bitcoin",
+        "categories": ["Layer 1", "PoW"], "is_active": true,
+        "last_updated": "2024-05-01T12:34:56.789Z", "ohlc_updated_time": "",
+        "current_price": "64000.5", "market_cap_rank": 1, "number_of_holders": null,
+        "price_percent_change_1h": 0.25, "open_interest_change_4h": -1.5,
+        "rsi14_1h": 55.5, "rsi7_5m": null, "sma20_24h": "63000",
+        "macd_1h": "Cross Above", "macd_5m": 0.5,
+        "tripple_pattern_1h": ["three_white_soldiers"], "single_pattern_1h": [],
+        "wedge_pattern_4h": ["Wedge Up", null, "Falling Wedge"],
+        "ta_1h_updated_at": "2024-05-01 12:00:00+00",
+        "ema50_1h": 61000.0, "trend_1w": "up", "flag_pattern_15m": ["Bull Flag"],
+        "mystery_1h": true, "something_else": {"nested": [1, 2]}
+      },
+      "generalInfo": {
+        "description": "Digital gold.", "websites": ["https://bitcoin.org"],
+        "explorers": [], "community": {"twitter": "https://x.com/bitcoin", "reddit": null},
+        "chains": [{"name": "bitcoin"}], "categories": ["Layer 1"]
+      }
+    }"#;
+
+    fn parse(body: &str, token: Option<&str>) -> Result<ListingFrames, Error> {
+        let mut builder = ListingBuilder::new(1);
+        builder.append(&ListingBody { body: body.as_bytes(), token, fetched_at: Some(7) })?;
+        Ok(builder.finish())
+    }
+
+    fn strings(frame: &DataFrame, column: &str) -> Vec<Option<String>> {
+        let column = frame.column(column).unwrap().cast(&DataType::String).unwrap();
+        column.str().unwrap().iter().map(|s| s.map(str::to_owned)).collect()
+    }
+
+    fn floats(frame: &DataFrame, column: &str) -> Vec<Option<f64>> {
+        frame.column(column).unwrap().f64().unwrap().iter().collect()
+    }
+
+    #[test]
+    fn snapshot_holds_typed_scalars_and_market_figures() {
+        let frames = parse(LISTING, None).unwrap();
+        let snapshot = &frames.snapshot;
+        assert_eq!(snapshot.height(), 1);
+        assert_eq!(strings(snapshot, "token"), vec![Some("bitcoin".into())]);
+        assert_eq!(floats(snapshot, "current_price"), vec![Some(64000.5)]);
+        assert_eq!(floats(snapshot, "price_percent_change_1h"), vec![Some(0.25)]);
+        assert_eq!(floats(snapshot, "open_interest_change_4h"), vec![Some(-1.5)]);
+        assert_eq!(floats(snapshot, "number_of_holders"), vec![None]);
+        assert_eq!(snapshot.column("market_cap_rank").unwrap().i64().unwrap().get(0), Some(1));
+        let updated = snapshot.column("last_updated").unwrap().datetime().unwrap().physical().get(0);
+        assert_eq!(updated, Some(1_714_566_896_789));
+        assert_eq!(snapshot.column("ohlc_updated_time").unwrap().null_count(), 1);
+        assert_eq!(snapshot.column("fetched_at").unwrap().datetime().unwrap().physical().get(0), Some(7));
+        assert_eq!(snapshot.width(), 2 + SNAPSHOT_FIELDS.len());
+    }
+
+    #[test]
+    fn suffixed_fields_are_routed_by_json_type() {
+        let frames = parse(LISTING, Some("btc")).unwrap();
+        let indicators = &frames.indicators;
+        assert_eq!(
+            strings(indicators, "indicator"),
+            ["rsi14", "rsi7", "sma20", "macd", "ema50"].map(|s| Some(s.to_string())).to_vec()
+        );
+        assert_eq!(
+            strings(indicators, "interval"),
+            ["1h", "5m", "24h", "5m", "1h"].map(|s| Some(s.to_string())).to_vec()
+        );
+        assert_eq!(floats(indicators, "value"), vec![Some(55.5), None, Some(63000.0), Some(0.5), Some(61000.0)]);
+        assert_eq!(strings(indicators, "token")[0].as_deref(), Some("btc"));
+
+        let signals = &frames.signals;
+        assert_eq!(strings(signals, "indicator"), vec![Some("macd".into()), Some("trend".into())]);
+        assert_eq!(strings(signals, "value"), vec![Some("Cross Above".into()), Some("up".into())]);
+
+        let patterns = &frames.patterns;
+        assert_eq!(
+            strings(patterns, "family"),
+            ["triple", "wedge", "wedge", "flag"].map(|s| Some(s.to_string())).to_vec()
+        );
+        assert_eq!(
+            strings(patterns, "pattern"),
+            ["three_white_soldiers", "Wedge Up", "Falling Wedge", "Bull Flag"].map(|s| Some(s.to_string())).to_vec()
+        );
+        assert_eq!(strings(&frames.ta_updated, "interval"), vec![Some("1h".into())]);
+    }
+
+    #[test]
+    fn info_has_one_row_with_links_and_compact_chains() {
+        let frames = parse(LISTING, None).unwrap();
+        let info = &frames.info;
+        assert_eq!(info.height(), 1);
+        assert_eq!(strings(info, "twitter"), vec![Some("https://x.com/bitcoin".into())]);
+        assert_eq!(strings(info, "reddit"), vec![None]);
+        assert_eq!(strings(info, "telegram"), vec![None]);
+        let chains = info.column("chains").unwrap().list().unwrap().get_as_series(0).unwrap();
+        assert_eq!(chains.str().unwrap().get(0), Some(r#"{"name":"bitcoin"}"#));
+    }
+
+    #[test]
+    fn malformed_bodies_name_the_field_and_leave_no_rows() {
+        let mut builder = ListingBuilder::new(2);
+        let bad = r#"{"data": {"id": "x", "rsi14_1h": 50, "current_price": "cheap"}}"#;
+        let error = builder.append(&ListingBody { body: bad.as_bytes(), token: None, fetched_at: None }).unwrap_err();
+        match &error {
+            Error::Decode { field, offset, message, .. } => {
+                assert_eq!(field.as_deref(), Some("data.current_price"));
+                assert!(message.contains("\"cheap\""), "{message}");
+                assert!(offset.is_some());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let truncated = &LISTING[..LISTING.len() / 2];
+        assert!(builder.append(&ListingBody { body: truncated.as_bytes(), token: Some("t"), fetched_at: None }).is_err());
+        for body in ["[]", "null", "{}", r#"{"data": null}"#, r#"{"data": {"rsi14_1h": true}}"#, r#"{"data": {"single_pattern_1h": 3}}"#] {
+            assert!(builder.append(&ListingBody { body: body.as_bytes(), token: Some("t"), fetched_at: None }).is_err(), "{body}");
+        }
+        let frames = builder.finish();
+        assert_eq!(frames.snapshot.height(), 0);
+        assert_eq!(frames.indicators.height(), 0);
+    }
+
+    #[test]
+    fn a_body_without_id_needs_a_token() {
+        let body = r#"{"data": {"rsi14_1h": 50}}"#;
+        assert!(parse(body, None).is_err());
+        assert_eq!(parse(body, Some("x")).unwrap().indicators.height(), 1);
+    }
+}

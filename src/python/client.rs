@@ -1,0 +1,233 @@
+//! `defilens.Client` and `AsyncClient` in Rust: the engine that holds the HTTP client, and the
+//! batch jobs it starts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList};
+use pyo3_polars::PyDataFrame;
+
+use super::errors::exception_for;
+use crate::batch::{FetchOutcome, Job, RawStore};
+use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
+use crate::error::Endpoint;
+use crate::frames::ListingFrames;
+
+/// How often a blocked call wakes up to check for Ctrl-C and draw progress.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+pub(super) fn listing_frames_dict<'py>(py: Python<'py>, frames: ListingFrames) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, frame) in frames.into_named() {
+        dict.set_item(name, PyDataFrame(frame))?;
+    }
+    Ok(dict)
+}
+
+/// Response bodies kept for `Frames.raw` (compressed), parsed only when asked for.
+#[pyclass(frozen, module = "defilens._core")]
+pub struct RawBodies {
+    bodies: RawStore,
+}
+
+#[pymethods]
+impl RawBodies {
+    fn __len__(&self) -> usize {
+        self.bodies.len()
+    }
+
+    /// Bytes held for the bodies (they are kept compressed).
+    fn stored_bytes(&self) -> usize {
+        self.bodies.stored_bytes()
+    }
+
+    /// `[(token, endpoint, body_bytes), ...]` in fetch order.
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self
+            .bodies
+            .iter()
+            .map(|(token, endpoint, body)| (token, endpoint.as_str(), PyBytes::new(py, &body)))
+            .map(|t| t.into_pyobject(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+}
+
+fn outcome_to_py<'py>(py: Python<'py>, outcome: FetchOutcome) -> PyResult<Bound<'py, PyDict>> {
+    let result = listing_frames_dict(py, outcome.listing)?;
+    result.set_item("markets", PyDataFrame(outcome.markets))?;
+    result.set_item("log", PyDataFrame(outcome.log))?;
+    let errors = outcome.errors.iter().map(|e| exception_for(py, e)).collect::<PyResult<Vec<_>>>()?;
+    result.set_item("_errors", errors)?;
+    result.set_item("_raw", Py::new(py, RawBodies { bodies: outcome.raw })?)?;
+    Ok(result)
+}
+
+/// The Rust side of `defilens.Client` and `defilens.AsyncClient`: settings are resolved by
+/// the Python layer (environment variables, defaults) and passed in explicitly.
+#[pyclass(frozen, module = "defilens._core")]
+pub struct Engine {
+    client: Arc<HttpClient>,
+}
+
+#[pymethods]
+impl Engine {
+    /// Settings arrive as the user gave them (environment variables already resolved); their
+    /// types are checked here and their values by `ClientConfig::new`.
+    #[new]
+    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, proxy, max_response_bytes, backoff))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        base_url: String,
+        api_key: Option<String>,
+        timeout: &Bound<'_, PyAny>,
+        max_retries: &Bound<'_, PyAny>,
+        concurrency: &Bound<'_, PyAny>,
+        rate_limit: &Bound<'_, PyAny>,
+        cache_ttl: &Bound<'_, PyAny>,
+        proxy: Option<String>,
+        max_response_bytes: &Bound<'_, PyAny>,
+        backoff: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let backoff: (Bound<'_, PyAny>, Bound<'_, PyAny>) = backoff.extract().map_err(|_| {
+            PyTypeError::new_err(format!("backoff must be a (first, maximum) pair of seconds, got {}", type_name(backoff)))
+        })?;
+        let settings = Settings {
+            base_url: Some(base_url),
+            api_key,
+            timeout: Some(number("timeout", timeout)?),
+            max_retries: Some(integer("max_retries", max_retries)?),
+            concurrency: Some(integer("concurrency", concurrency)?),
+            rate_limit: optional(rate_limit, |v| number("rate_limit", v))?,
+            cache_ttl: optional(cache_ttl, |v| number("cache_ttl", v))?,
+            proxy,
+            max_response_bytes: Some(integer("max_response_bytes", max_response_bytes)?),
+            backoff: Some((number("backoff", &backoff.0)?, number("backoff", &backoff.1)?)),
+        };
+        let client = HttpClient::new(ClientConfig::new(settings)?)?;
+        Ok(Engine { client: Arc::new(client) })
+    }
+
+    /// Starts fetching `token_ids` (validated, duplicates dropped) and returns the running job.
+    #[pyo3(signature = (token_ids, *, listing, markets))]
+    fn start(&self, token_ids: Vec<String>, listing: bool, markets: bool) -> PyResult<FetchJob> {
+        Ok(FetchJob { job: Job::start(self.client.clone(), token_ids, listing, markets)? })
+    }
+
+    /// The URL a request for `token_id` goes to (for tests and debugging).
+    fn url_for(&self, token_id: &str, endpoint: &str) -> PyResult<String> {
+        let endpoint = Endpoint::from_name(endpoint).ok_or_else(|| {
+            PyValueError::new_err(format!("endpoint must be 'listing' or 'markets', got {endpoint:?}"))
+        })?;
+        validate_token_id(token_id)?;
+        Ok(self.client.url_for(token_id, endpoint))
+    }
+
+    fn clear_cache(&self) {
+        self.client.clear_cache();
+    }
+}
+
+/// A batch running in Rust.
+#[pyclass(frozen, module = "defilens._core")]
+pub struct FetchJob {
+    job: Job,
+}
+
+#[pymethods]
+impl FetchJob {
+    /// Blocks until the batch ends, with the GIL released. Checks for Ctrl-C every 50 ms
+    /// (cancelling the batch and raising KeyboardInterrupt) and calls `progress(done, total)`
+    /// whenever the count changes.
+    #[pyo3(signature = (progress=None))]
+    fn wait<'py>(&self, py: Python<'py>, progress: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+        let mut reported = (usize::MAX, usize::MAX);
+        loop {
+            let finished = py.detach(|| self.job.wait(WAIT_SLICE));
+            if let Err(interrupt) = py.check_signals() {
+                self.job.cancel();
+                return Err(interrupt);
+            }
+            if let Some(callback) = &progress {
+                let now = self.job.progress();
+                if now != reported {
+                    callback.call1(now)?;
+                    reported = now;
+                }
+            }
+            if finished {
+                return self.result(py);
+            }
+        }
+    }
+
+    /// The outcome of a finished batch; raises RuntimeError before it finished.
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match self.job.take() {
+            Some(Ok(outcome)) => outcome_to_py(py, outcome),
+            Some(Err(error)) => Err(error.into()),
+            None => Err(PyRuntimeError::new_err("the batch has not finished, or its result was already taken")),
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.job.is_finished()
+    }
+
+    /// (finished exchanges, all exchanges)
+    fn progress(&self) -> (usize, usize) {
+        self.job.progress()
+    }
+
+    fn cancel(&self) {
+        self.job.cancel();
+    }
+
+    /// Calls `callback()` from a Rust thread when the batch ends (at once if it has).
+    fn add_done_callback(&self, callback: Py<PyAny>) {
+        self.job.on_done(Box::new(move || {
+            Python::attach(|py| {
+                if let Err(error) = callback.call0(py) {
+                    error.write_unraisable(py, None);
+                }
+            })
+        }));
+    }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Settings: Python types checked, with one wording per rule (the values' rules are in
+// `client::config`).
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map_or_else(|_| "?".into(), |name| name.to_string())
+}
+
+/// An int or a float (a bool is neither here).
+fn number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let is_number = value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>();
+    if value.is_instance_of::<PyBool>() || !is_number {
+        return Err(PyTypeError::new_err(format!("{name} must be a number, got {}: {value}", type_name(value))));
+    }
+    value.extract()
+}
+
+/// An int (not a bool), within i64.
+fn integer(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!("{name} must be an int, got {}: {value}", type_name(value))));
+    }
+    value.extract().map_err(|_| PyValueError::new_err(format!("{name} is out of range, got {value}")))
+}
+
+/// `None` stays `None` (the setting is off).
+fn optional<T>(value: &Bound<'_, PyAny>, read: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>) -> PyResult<Option<T>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        read(value).map(Some)
+    }
+}

@@ -1,0 +1,50 @@
+//! The Python module `defilens._core`: the only code that knows about Python, compiled with
+//! the `python` feature. Every entry point releases the GIL around network and parsing work;
+//! errors cross into Python through the one `From<Error> for PyErr` in `errors`.
+
+mod client;
+mod errors;
+mod parsing;
+#[cfg(feature = "sandbox")]
+mod sandbox;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::client::config;
+use crate::frames::FRAME_NAMES;
+use crate::model::INTERVALS;
+
+/// The client's defaults, for `Client`, `AsyncClient`, the command line and the stubs.
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let defaults = PyDict::new(py);
+    defaults.set_item("base_url", config::DEFAULT_BASE_URL)?;
+    defaults.set_item("timeout", config::DEFAULT_TIMEOUT_SECS)?;
+    defaults.set_item("max_retries", config::DEFAULT_MAX_RETRIES)?;
+    defaults.set_item("concurrency", config::DEFAULT_CONCURRENCY)?;
+    defaults.set_item("max_response_bytes", config::DEFAULT_MAX_RESPONSE_BYTES)?;
+    defaults.set_item("backoff", config::DEFAULT_BACKOFF_SECS)?;
+    Ok(defaults)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULTS", defaults(m.py())?)?;
+    m.add("INTERVALS", INTERVALS.to_vec())?;
+    m.add("FRAME_NAMES", FRAME_NAMES.to_vec())?;
+    m.add_class::<client::Engine>()?;
+    m.add_class::<client::FetchJob>()?;
+    m.add_class::<client::RawBodies>()?;
+    m.add_function(wrap_pyfunction!(parsing::parse_token, m)?)?;
+    m.add_function(wrap_pyfunction!(parsing::parse_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(parsing::parse_markets, m)?)?;
+    m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
+    #[cfg(feature = "sandbox")]
+    {
+        m.add_class::<sandbox::PySandbox>()?;
+        m.add_function(wrap_pyfunction!(sandbox::sandbox_listing_body, m)?)?;
+        m.add_function(wrap_pyfunction!(sandbox::sandbox_markets_body, m)?)?;
+    }
+    Ok(())
+}
