@@ -61,14 +61,11 @@ impl Assembler {
         };
         let fetched_at = Some(exchange.fetched_at);
         let parsed = match exchange.endpoint {
-            Endpoint::Listing => self
-                .listing
-                .append(&ListingBody { body: &body, token: Some(&exchange.token), fetched_at })
-                .map(|_| ()),
-            Endpoint::Markets => self
-                .markets
-                .append(&MarketsBody { body: &body, token: &exchange.token, fetched_at })
-                .map(|summary| {
+            Endpoint::Listing => {
+                self.listing.append(&ListingBody { body: &body, token: Some(&exchange.token), fetched_at }).map(|_| ())
+            }
+            Endpoint::Markets => {
+                self.markets.append(&MarketsBody { body: &body, token: &exchange.token, fetched_at }).map(|summary| {
                     record.total = summary.total;
                     if let Some(total) = summary.total.filter(|t| *t > summary.entries as i64) {
                         record.message = Some(format!(
@@ -76,7 +73,8 @@ impl Assembler {
                             summary.entries
                         ));
                     }
-                }),
+                })
+            }
         };
         if let Err(error) = parsed {
             mark_failed(&mut record, &mut self.errors, error);

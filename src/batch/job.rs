@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
+use super::dedupe;
 use super::scheduler::run;
 use super::{FetchOutcome, Progress};
-use super::dedupe;
 use crate::client::{validate_token_id, HttpClient};
 use crate::error::Error;
 use crate::runtime::runtime;
@@ -70,9 +70,8 @@ impl Job {
             progress: Progress::default(),
         });
         let worker_state = state.clone();
-        let work = runtime().spawn(async move {
-            Ok(run(client, &ids, listing, markets, &worker_state.progress).await)
-        });
+        let work =
+            runtime().spawn(async move { Ok(run(client, &ids, listing, markets, &worker_state.progress).await) });
         let abort = work.abort_handle();
         // A supervisor turns every ending of the work (done, panicked, cancelled) into a
         // completed job, so no waiter can hang.
@@ -168,14 +167,17 @@ mod tests {
         let sandbox = crate::sandbox::Sandbox::start(crate::sandbox::SandboxConfig::default()).unwrap();
         let client = client(sandbox.url(), Settings { concurrency: Some(3), ..Default::default() });
         // More ids than the backlog holds, and an unknown one in the middle.
-        let ids: Vec<String> = (0..1500).map(|i| if i == 700 { "unknown-x".into() } else { format!("order-{i}") }).collect();
+        let ids: Vec<String> =
+            (0..1500).map(|i| if i == 700 { "unknown-x".into() } else { format!("order-{i}") }).collect();
         let job = Job::spawn(client, ids.clone(), true, true);
         assert!(job.wait(Duration::from_secs(120)));
         let outcome = job.take().unwrap().unwrap();
-        let tokens: Vec<&str> = outcome.listing.snapshot.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
+        let tokens: Vec<&str> =
+            outcome.listing.snapshot.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
         let known: Vec<&str> = ids.iter().map(String::as_str).filter(|id| !id.starts_with("unknown")).collect();
         assert_eq!(tokens, known);
-        let log_tokens: Vec<&str> = outcome.log.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
+        let log_tokens: Vec<&str> =
+            outcome.log.column("token").unwrap().str().unwrap().iter().map(Option::unwrap).collect();
         let expected_log: Vec<&str> = ids.iter().flat_map(|id| [id.as_str(), id.as_str()]).collect();
         assert_eq!(log_tokens, expected_log);
         assert_eq!(outcome.errors.len(), 2);

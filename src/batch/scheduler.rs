@@ -20,7 +20,13 @@ use crate::client::{now_ms, BackoffGauge, Exchange, HttpClient};
 use crate::error::{Endpoint, Error};
 
 /// Sends every exchange of the batch and turns them into frames, in (id, endpoint) order.
-pub(super) async fn run(client: Arc<HttpClient>, ids: &[String], listing: bool, markets: bool, progress: &Progress) -> FetchOutcome {
+pub(super) async fn run(
+    client: Arc<HttpClient>,
+    ids: &[String],
+    listing: bool,
+    markets: bool,
+    progress: &Progress,
+) -> FetchOutcome {
     let endpoints: Vec<Endpoint> = [(listing, Endpoint::Listing), (markets, Endpoint::Markets)]
         .into_iter()
         .filter_map(|(wanted, endpoint)| wanted.then_some(endpoint))
@@ -186,4 +192,3 @@ fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {
         cached: false,
     }
 }
-

@@ -38,7 +38,6 @@ impl Drop for BackoffGuard<'_> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +58,4 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(5), gauge.started_waiting()).await.expect("signalled")
         });
     }
-
 }

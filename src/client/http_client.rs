@@ -90,7 +90,9 @@ impl HttpClient {
                 let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|_| {
                     invalid(format!("proxy {:?} is not a valid proxy URL", redact_url_credentials(proxy)))
                 })?;
-                client_builder().proxy(proxy).build()
+                client_builder()
+                    .proxy(proxy)
+                    .build()
                     .map_err(|e| Error::Internal(format!("could not build the HTTP client: {e}")))?
             }
             None => {
@@ -287,7 +289,10 @@ mod tests {
 
     #[test]
     fn urls_keep_the_encoded_segment() {
-        let client = HttpClient::new(config(Settings { base_url: Some("http://127.0.0.1:9/v1/".into()), ..Default::default() }).unwrap()).unwrap();
+        let client = HttpClient::new(
+            config(Settings { base_url: Some("http://127.0.0.1:9/v1/".into()), ..Default::default() }).unwrap(),
+        )
+        .unwrap();
         let url = client.url_for("a/b?c#d", Endpoint::Markets);
         assert_eq!(url, "http://127.0.0.1:9/v1/listings/market/a%2Fb%3Fc%23d");
         let parsed = reqwest::Url::parse(&url).unwrap();

@@ -17,9 +17,7 @@ pub fn redact_url_credentials(url: &str) -> String {
 /// exactly one path segment.
 pub fn validate_token_id(id: &str) -> Result<(), Error> {
     if id.trim().is_empty() {
-        return Err(Error::InvalidArgument(format!(
-            "token ids must be non-empty strings, got {id:?}"
-        )));
+        return Err(Error::InvalidArgument(format!("token ids must be non-empty strings, got {id:?}")));
     }
     if id == "." || id == ".." {
         // URL parsers resolve these (and their percent-encoded forms) as dot-segments, so no

@@ -25,13 +25,7 @@ pub enum Error {
     /// The connection failed, was dropped, or the body was cut short.
     Connection { token: String, endpoint: Endpoint, message: String },
     /// A 2xx body that is not the documented JSON shape.
-    Decode {
-        token: Option<String>,
-        endpoint: Endpoint,
-        field: Option<String>,
-        offset: Option<usize>,
-        message: String,
-    },
+    Decode { token: Option<String>, endpoint: Endpoint, field: Option<String>, offset: Option<usize>, message: String },
     /// A caller's mistake found before any request (maps to `ValueError`).
     InvalidArgument(String),
     /// A bug: a caught panic or a broken invariant. Maps to `DefiLensError`.
@@ -62,9 +56,7 @@ impl Error {
 
     pub fn token(&self) -> Option<&str> {
         match self {
-            Error::Api { token, .. } | Error::Timeout { token, .. } | Error::Connection { token, .. } => {
-                Some(token)
-            }
+            Error::Api { token, .. } | Error::Timeout { token, .. } | Error::Connection { token, .. } => Some(token),
             Error::Decode { token, .. } => token.as_deref(),
             _ => None,
         }
@@ -114,7 +106,14 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Api { status, token, endpoint, body, retry_after } => {
-                write!(f, "{} for token {:?} ({}): HTTP {}", StatusClass::of(*status).meaning().hint, token, endpoint.as_str(), status)?;
+                write!(
+                    f,
+                    "{} for token {:?} ({}): HTTP {}",
+                    StatusClass::of(*status).meaning().hint,
+                    token,
+                    endpoint.as_str(),
+                    status
+                )?;
                 if let Some(seconds) = retry_after {
                     write!(f, ", retry after {seconds}s")?;
                 }

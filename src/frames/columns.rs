@@ -10,8 +10,7 @@ use crate::model::{Interval, INTERVALS};
 
 /// `pl.Enum(["5m", "15m", "1h", "4h", "24h", "1w"])`, the same in every frame.
 pub static INTERVAL_DTYPE: LazyLock<DataType> = LazyLock::new(|| {
-    let categories = FrozenCategories::new(INTERVALS.iter().copied())
-        .expect("six categories fit any Enum");
+    let categories = FrozenCategories::new(INTERVALS.iter().copied()).expect("six categories fit any Enum");
     DataType::from_frozen_categories(categories)
 });
 
@@ -38,9 +37,7 @@ impl ColumnBuilder {
             ScalarType::I64 => Self::I64(i64_builder(column, capacity)),
             ScalarType::Bool => Self::Bool(BooleanChunkedBuilder::new(name(column), capacity)),
             ScalarType::Datetime => Self::Millis(i64_builder(column, capacity)),
-            ScalarType::ListStr => {
-                Self::List(ListStringChunkedBuilder::new(name(column), capacity, capacity * 2))
-            }
+            ScalarType::ListStr => Self::List(ListStringChunkedBuilder::new(name(column), capacity, capacity * 2)),
         }
     }
 

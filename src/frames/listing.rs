@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use polars::prelude::*;
 
 use super::columns::{
-    f64_builder, finish_list, finish_millis, finish_primitive, frame, i64_builder, list_builder, push_list, str_builder,
-    ColumnBuilder, IntervalColumn,
+    f64_builder, finish_list, finish_millis, finish_primitive, frame, i64_builder, list_builder, push_list,
+    str_builder, ColumnBuilder, IntervalColumn,
 };
 use super::ListingFrames;
 use crate::model::fields::{COMMUNITY_KEYS, SNAPSHOT_FIELDS};
@@ -186,10 +186,7 @@ impl ListingColumns {
     }
 
     pub fn finish(self) -> ListingFrames {
-        let mut snapshot = vec![
-            self.snapshot_token.finish().into_column(),
-            finish_millis(self.snapshot_fetched_at),
-        ];
+        let mut snapshot = vec![self.snapshot_token.finish().into_column(), finish_millis(self.snapshot_fetched_at)];
         snapshot.extend(self.snapshot_fields.into_iter().map(ColumnBuilder::finish));
         let mut info = vec![
             self.info_token.finish().into_column(),

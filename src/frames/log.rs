@@ -54,6 +54,9 @@ mod tests {
         let log = log_frame(&[]);
         assert_eq!(log.height(), 0);
         assert_eq!(log.width(), 10);
-        assert_eq!(log.column("fetched_at").unwrap().dtype(), &DataType::Datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC)));
+        assert_eq!(
+            log.column("fetched_at").unwrap().dtype(),
+            &DataType::Datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC))
+        );
     }
 }

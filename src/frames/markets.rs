@@ -78,9 +78,22 @@ mod tests {
         let frame = MarketsColumns::new(0).finish();
         let names: Vec<_> = frame.get_column_names().iter().map(|s| s.to_string()).collect();
         let expected = [
-            "token", "id", "exchange_name", "exchange_image", "market_pair", "base", "quote", "market_url", "price",
-            "volume_usd", "liquidity_score", "depth_usd_positive_two", "depth_usd_negative_two", "volume_percent",
-            "market_reputation", "fetched_at",
+            "token",
+            "id",
+            "exchange_name",
+            "exchange_image",
+            "market_pair",
+            "base",
+            "quote",
+            "market_url",
+            "price",
+            "volume_usd",
+            "liquidity_score",
+            "depth_usd_positive_two",
+            "depth_usd_negative_two",
+            "volume_percent",
+            "market_reputation",
+            "fetched_at",
         ];
         assert_eq!(names, expected);
     }

@@ -13,7 +13,8 @@ pub use log::{log_frame, LogRecord};
 pub use markets::{MarketRow, MarketsColumns};
 
 /// Every frame of `Frames`, in order (`errors` is `log` filtered, so it is not built here).
-pub const FRAME_NAMES: [&str; 8] = ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log"];
+pub const FRAME_NAMES: [&str; 8] =
+    ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log"];
 
 /// The frames built from listing bodies.
 pub struct ListingFrames {

@@ -177,10 +177,8 @@ pub enum SuffixedKey<'a> {
     Unknown { name: &'a str, interval: Interval },
 }
 
-const NUMERIC_FAMILIES: &[&str] = &[
-    "rsi7", "rsi14", "rsi25", "sma5", "sma20", "sma100", "upper_bband", "middle_bband",
-    "lower_bband",
-];
+const NUMERIC_FAMILIES: &[&str] =
+    &["rsi7", "rsi14", "rsi25", "sma5", "sma20", "sma100", "upper_bband", "middle_bband", "lower_bband"];
 const TEXT_FAMILIES: &[&str] = &["macd"];
 /// Wire prefix -> family name in the `patterns` frame.
 const PATTERN_FAMILIES: &[(&str, &str)] = &[
@@ -302,10 +300,7 @@ mod tests {
 
     #[test]
     fn unknown_families_and_non_suffixed_keys() {
-        assert_eq!(
-            parse_suffixed_key("ema50_1h"),
-            Some(SuffixedKey::Unknown { name: "ema50", interval: iv("1h") })
-        );
+        assert_eq!(parse_suffixed_key("ema50_1h"), Some(SuffixedKey::Unknown { name: "ema50", interval: iv("1h") }));
         assert_eq!(parse_suffixed_key("price_percent_change_30d"), None);
         assert_eq!(parse_suffixed_key("symbol"), None);
         assert_eq!(parse_suffixed_key("_1h"), None);

@@ -51,8 +51,7 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
                 fraction_ms *= 10;
             }
         }
-        millis_of_day =
-            ((hour as i64 * 60 + minute as i64) * 60 + second as i64) * 1000 + fraction_ms;
+        millis_of_day = ((hour as i64 * 60 + minute as i64) * 60 + second as i64) * 1000 + fraction_ms;
         millis_of_day -= parse_offset_ms(b, &mut pos)?;
     }
     if pos != b.len() {
@@ -163,14 +162,7 @@ fn civil_from_ms(ms: i64) -> (i64, u32, u32, u32, u32, u32) {
     let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
-    (
-        year,
-        month,
-        day,
-        (secs_of_day / 3600) as u32,
-        (secs_of_day / 60 % 60) as u32,
-        (secs_of_day % 60) as u32,
-    )
+    (year, month, day, (secs_of_day / 3600) as u32, (secs_of_day / 60 % 60) as u32, (secs_of_day % 60) as u32)
 }
 
 #[cfg(test)]

@@ -207,10 +207,7 @@ pub fn parse_number_text(text: &str) -> Result<Option<f64>, String> {
     if trimmed.is_empty() {
         return Ok(None);
     }
-    trimmed
-        .parse::<f64>()
-        .map(Some)
-        .map_err(|_| format!("expected a number, found the text {}", excerpt(text)))
+    trimmed.parse::<f64>().map(Some).map_err(|_| format!("expected a number, found the text {}", excerpt(text)))
 }
 
 /// Converts a value to a column type, tolerant where the service is loose (numbers in strings,
@@ -236,9 +233,7 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
         },
         ScalarType::I64 => match value {
             Value::Int(v) => Ok(Typed::I64(v)),
-            Value::UInt(v) => i64::try_from(v)
-                .map(Typed::I64)
-                .map_err(|_| format!("integer {v} is out of range")),
+            Value::UInt(v) => i64::try_from(v).map(Typed::I64).map_err(|_| format!("integer {v} is out of range")),
             Value::Float(v) => float_to_i64(v).map(Typed::I64),
             Value::Str(s) => {
                 let trimmed = s.trim();
@@ -326,10 +321,7 @@ mod tests {
         assert_eq!(value("18446744073709551615"), Value::UInt(u64::MAX));
         assert_eq!(value("1.5"), Value::Float(1.5));
         assert_eq!(value(r#""a""#), Value::Str(Cow::Borrowed("a")));
-        assert_eq!(
-            value(r#"["a", null, "b\n"]"#),
-            Value::StrList(vec![Some("a".into()), None, Some("b\n".into())])
-        );
+        assert_eq!(value(r#"["a", null, "b\n"]"#), Value::StrList(vec![Some("a".into()), None, Some("b\n".into())]));
         assert!(matches!(value(r#"["a", 1, {"x": [1]}]"#), Value::Other(_)));
         assert!(matches!(value(r#"{"x": [1, {"y": 2}]}"#), Value::Other(_)));
     }
@@ -359,10 +351,7 @@ mod tests {
         assert_eq!(convert(value("true"), ScalarType::Bool), Ok(Typed::Bool(true)));
         assert_eq!(convert(value(r#""false""#), ScalarType::Bool), Ok(Typed::Bool(false)));
         assert_eq!(convert(value(r#""""#), ScalarType::Datetime), Ok(Typed::Null));
-        assert_eq!(
-            convert(value(r#""1970-01-01T00:00:01.500Z""#), ScalarType::Datetime),
-            Ok(Typed::Millis(1500))
-        );
+        assert_eq!(convert(value(r#""1970-01-01T00:00:01.500Z""#), ScalarType::Datetime), Ok(Typed::Millis(1500)));
         assert!(convert(value(r#""soon""#), ScalarType::Datetime).is_err());
         assert!(convert(value(r#""x""#), ScalarType::ListStr).is_err());
         assert_eq!(convert(value("123"), ScalarType::Str), Ok(Typed::Str("123".into())));

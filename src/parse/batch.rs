@@ -32,13 +32,9 @@ fn parse_in_parallel<B: Sync, R: Send>(
     }
     let parse_chunk = &parse_chunk;
     let parts: Vec<R> = std::thread::scope(|scope| {
-        let handles: Vec<_> = split_in_chunks(bodies, threads)
-            .map(|chunk| scope.spawn(move || parse_chunk(chunk)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+        let handles: Vec<_> =
+            split_in_chunks(bodies, threads).map(|chunk| scope.spawn(move || parse_chunk(chunk))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
     });
     let mut parts = parts.into_iter();
     let mut merged = parts.next().unwrap_or_else(|| parse_chunk(&[]));
@@ -87,8 +83,10 @@ mod tests {
 
     #[test]
     fn parallel_batches_keep_order() {
-        let bodies: Vec<String> = (0..1000).map(|i| format!(r#"{{"data": {{"id": "t{i}", "rsi14_1h": {i}}}}}"#)).collect();
-        let inputs: Vec<_> = bodies.iter().map(|b| ListingBody { body: b.as_bytes(), token: None, fetched_at: None }).collect();
+        let bodies: Vec<String> =
+            (0..1000).map(|i| format!(r#"{{"data": {{"id": "t{i}", "rsi14_1h": {i}}}}}"#)).collect();
+        let inputs: Vec<_> =
+            bodies.iter().map(|b| ListingBody { body: b.as_bytes(), token: None, fetched_at: None }).collect();
         let (frames, results) = parse_listings(&inputs);
         assert!(results.iter().all(Result::is_ok));
         let values: Vec<Option<f64>> = frames.indicators.column("value").unwrap().f64().unwrap().iter().collect();

@@ -27,7 +27,10 @@ pub fn field_label(field: &FieldPath<'_>) -> Option<String> {
 }
 
 /// Runs `document` over the whole of `body`.
-pub fn parse_document<'de, S: DeserializeSeed<'de, Value = ()>>(body: &'de [u8], document: S) -> Result<(), serde_json::Error> {
+pub fn parse_document<'de, S: DeserializeSeed<'de, Value = ()>>(
+    body: &'de [u8],
+    document: S,
+) -> Result<(), serde_json::Error> {
     match std::str::from_utf8(body) {
         // Checked once for the whole body, so the parser need not check each string again.
         Ok(text) => parse_with(serde_json::Deserializer::from_str(text), document),
@@ -52,11 +55,7 @@ pub fn describe_json_error(err: &serde_json::Error, body: &[u8]) -> (String, Opt
         _ => text,
     };
     let offset = (err.line() > 0).then(|| {
-        let line_start = body
-            .split_inclusive(|&b| b == b'\n')
-            .take(err.line() - 1)
-            .map(<[u8]>::len)
-            .sum::<usize>();
+        let line_start = body.split_inclusive(|&b| b == b'\n').take(err.line() - 1).map(<[u8]>::len).sum::<usize>();
         (line_start + err.column().saturating_sub(1)).min(body.len())
     });
     (message, offset)

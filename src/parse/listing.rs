@@ -86,8 +86,7 @@ impl<'de> Visitor<'de> for ListingData<'_, 'de> {
             if let Some(index) = snapshot_field_index(&key) {
                 pending.field = Some(("data", key));
                 let value: Value<'de> = map.next_value()?;
-                pending.rows.scalars[index] =
-                    convert(value, SNAPSHOT_FIELDS[index].1).map_err(de::Error::custom)?;
+                pending.rows.scalars[index] = convert(value, SNAPSHOT_FIELDS[index].1).map_err(de::Error::custom)?;
             } else if let Some(suffixed) = parse_suffixed_key(&key) {
                 let suffixed = own_suffixed(suffixed);
                 pending.field = Some(("data", key));
@@ -125,11 +124,7 @@ fn own_suffixed(key: SuffixedKey<'_>) -> OwnedSuffixed {
 /// arrays -> patterns. Known families are read tolerantly (a number in a string is still an
 /// indicator) and strictly (a boolean or object where a known family belongs is an error);
 /// values of unknown families that fit no frame are left to `Frames.raw`.
-fn route_suffixed<'de>(
-    rows: &mut ListingRows<'de>,
-    key: OwnedSuffixed,
-    value: Value<'de>,
-) -> Result<(), String> {
+fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: Value<'de>) -> Result<(), String> {
     let (name, kind, interval) = match key {
         OwnedSuffixed::TaUpdated(interval) => {
             let millis = match convert(value, ScalarType::Datetime)? {
@@ -167,7 +162,10 @@ fn route_suffixed<'de>(
         },
         Value::StrList(items) => {
             if matches!(kind, Some(FamilyKind::Numeric | FamilyKind::Text)) {
-                return Err(format!("expected a {}, found an array", if kind == Some(FamilyKind::Numeric) { "number" } else { "string" }));
+                return Err(format!(
+                    "expected a {}, found an array",
+                    if kind == Some(FamilyKind::Numeric) { "number" } else { "string" }
+                ));
             }
             let family: Name = match (kind, name) {
                 (None, Cow::Owned(n)) => Cow::Owned(unknown_pattern_family(&n).to_owned()),
@@ -428,9 +426,21 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         let truncated = &LISTING[..LISTING.len() / 2];
-        assert!(builder.append(&ListingBody { body: truncated.as_bytes(), token: Some("t"), fetched_at: None }).is_err());
-        for body in ["[]", "null", "{}", r#"{"data": null}"#, r#"{"data": {"rsi14_1h": true}}"#, r#"{"data": {"single_pattern_1h": 3}}"#] {
-            assert!(builder.append(&ListingBody { body: body.as_bytes(), token: Some("t"), fetched_at: None }).is_err(), "{body}");
+        assert!(builder
+            .append(&ListingBody { body: truncated.as_bytes(), token: Some("t"), fetched_at: None })
+            .is_err());
+        for body in [
+            "[]",
+            "null",
+            "{}",
+            r#"{"data": null}"#,
+            r#"{"data": {"rsi14_1h": true}}"#,
+            r#"{"data": {"single_pattern_1h": 3}}"#,
+        ] {
+            assert!(
+                builder.append(&ListingBody { body: body.as_bytes(), token: Some("t"), fetched_at: None }).is_err(),
+                "{body}"
+            );
         }
         let frames = builder.finish();
         assert_eq!(frames.snapshot.height(), 0);

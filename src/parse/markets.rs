@@ -196,7 +196,8 @@ mod tests {
             {"id": "2", "exchangeName": "Kraken", "marketPair": "XBT", "price": "64001"}
         ], "total": 5}"#;
         let mut builder = MarketsBuilder::new(2);
-        let summary = builder.append(&MarketsBody { body: body.as_bytes(), token: "bitcoin", fetched_at: None }).unwrap();
+        let summary =
+            builder.append(&MarketsBody { body: body.as_bytes(), token: "bitcoin", fetched_at: None }).unwrap();
         assert_eq!(summary, MarketsSummary { entries: 2, total: Some(5) });
         let frame = builder.finish();
         assert_eq!(strings(&frame, "base"), vec![Some("BTC".into()), Some("XBT".into())]);

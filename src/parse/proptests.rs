@@ -40,8 +40,19 @@ fn json_value() -> impl Strategy<Value = String> {
 }
 
 const KEYS: &[&str] = &[
-    "id", "current_price", "market_cap_rank", "is_active", "last_updated", "categories", "rsi14_1h",
-    "macd_5m", "tripple_pattern_24h", "ta_1h_updated_at", "ema50_4h", "wedge_pattern_4h", "number_of_holders",
+    "id",
+    "current_price",
+    "market_cap_rank",
+    "is_active",
+    "last_updated",
+    "categories",
+    "rsi14_1h",
+    "macd_5m",
+    "tripple_pattern_24h",
+    "ta_1h_updated_at",
+    "ema50_4h",
+    "wedge_pattern_4h",
+    "number_of_holders",
 ];
 
 proptest! {

@@ -92,7 +92,10 @@ impl Engine {
         backoff: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let backoff: (Bound<'_, PyAny>, Bound<'_, PyAny>) = backoff.extract().map_err(|_| {
-            PyTypeError::new_err(format!("backoff must be a (first, maximum) pair of seconds, got {}", type_name(backoff)))
+            PyTypeError::new_err(format!(
+                "backoff must be a (first, maximum) pair of seconds, got {}",
+                type_name(backoff)
+            ))
         })?;
         let settings = Settings {
             base_url: Some(base_url),
@@ -196,7 +199,6 @@ impl FetchJob {
         }));
     }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Settings: Python types checked, with one wording per rule (the values' rules are in

@@ -45,10 +45,7 @@ fn body_bytes<'a>(body: &'a Bound<'_, PyAny>) -> PyResult<BodyBytes<'a>> {
     if let Ok(array) = body.cast::<PyByteArray>() {
         return Ok(BodyBytes::Owned(array.to_vec()));
     }
-    Err(PyTypeError::new_err(format!(
-        "a response body must be bytes or str, got {}",
-        body.get_type().name()?
-    )))
+    Err(PyTypeError::new_err(format!("a response body must be bytes or str, got {}", body.get_type().name()?)))
 }
 
 fn optional_token(token_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
@@ -56,9 +53,12 @@ fn optional_token(token_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String
         None => Ok(None),
         Some(value) if value.is_none() => Ok(None),
         Some(value) => {
-            let id: String = value
-                .extract()
-                .map_err(|_| PyTypeError::new_err(format!("token_id must be a str, got {}", value.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+            let id: String = value.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "token_id must be a str, got {}",
+                    value.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ))
+            })?;
             validate_token_id(&id)?;
             Ok(Some(id))
         }
@@ -98,11 +98,7 @@ pub(super) fn parse_tokens<'py>(
     let tokens: Vec<Option<String>> = match &token_ids {
         Some(ids) => {
             if ids.len() != bodies.len() {
-                return Err(PyValueError::new_err(format!(
-                    "got {} bodies but {} token_ids",
-                    bodies.len(),
-                    ids.len()
-                )));
+                return Err(PyValueError::new_err(format!("got {} bodies but {} token_ids", bodies.len(), ids.len())));
             }
             ids.iter().map(|id| optional_token(id.as_ref())).collect::<PyResult<_>>()?
         }
@@ -133,8 +129,8 @@ pub(super) fn parse_markets<'py>(
     token_id: Bound<'py, PyAny>,
     fetched_at_ms: Option<i64>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let token = optional_token(Some(&token_id))?
-        .ok_or_else(|| PyTypeError::new_err("parse_markets needs a token_id (str)"))?;
+    let token =
+        optional_token(Some(&token_id))?.ok_or_else(|| PyTypeError::new_err("parse_markets needs a token_id (str)"))?;
     let bytes = body_bytes(&body)?;
     let slice = bytes.as_slice();
     let (frame, total) = detached(py, || {

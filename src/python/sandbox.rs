@@ -38,7 +38,9 @@ impl PySandbox {
         port: u16,
     ) -> PyResult<Self> {
         if !(latency.is_finite() && latency >= 0.0) {
-            return Err(PyValueError::new_err(format!("latency must be a non-negative number of seconds, got {latency}")));
+            return Err(PyValueError::new_err(format!(
+                "latency must be a non-negative number of seconds, got {latency}"
+            )));
         }
         let config = SandboxConfig {
             latency: Duration::from_secs_f64(latency),
@@ -53,12 +55,10 @@ impl PySandbox {
             host: host.unwrap_or_else(|| SandboxConfig::default().host),
             port,
         };
-        let server = py
-            .detach(|| sandbox::Sandbox::start(config))
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
-                _ => PyRuntimeError::new_err(format!("could not start the Sandbox: {e}")),
-            })?;
+        let server = py.detach(|| sandbox::Sandbox::start(config)).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
+            _ => PyRuntimeError::new_err(format!("could not start the Sandbox: {e}")),
+        })?;
         Ok(PySandbox { url: server.url(), port: server.port(), server: Mutex::new(Some(server)) })
     }
 
@@ -115,4 +115,3 @@ pub(super) fn sandbox_listing_body(token_id: &str, seed: u64) -> String {
 pub(super) fn sandbox_markets_body(token_id: &str, seed: u64) -> String {
     sandbox::body(seed, Endpoint::Markets, token_id)
 }
-

@@ -6,7 +6,6 @@
 //! always goes through `json_string`, so ids with quotes, backslashes, control characters or
 //! non-ASCII text still give valid JSON.
 
-
 /// FNV-1a over the parts (each followed by a separator byte so `["ab","c"]` and `["a","bc"]`
 /// differ), finished with splitmix64 so nearby inputs give unrelated outputs. Stable across
 /// platforms and releases, unlike `std`'s hasher.
@@ -89,24 +88,55 @@ pub(super) const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
 pub(super) const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
 
 pub(super) const SINGLE_CANDLES: &[&str] = &[
-    "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "dragonfly_doji", "gravestone_doji",
-    "bearish_shooting_star", "bearish_hanging_man", "bullish_marubozu", "bearish_marubozu",
+    "bullish_hammer",
+    "bullish_inverted_hammer",
+    "basic_doji",
+    "dragonfly_doji",
+    "gravestone_doji",
+    "bearish_shooting_star",
+    "bearish_hanging_man",
+    "bullish_marubozu",
+    "bearish_marubozu",
 ];
 pub(super) const DOUBLE_CANDLES: &[&str] = &[
-    "bullish_engulfing", "bearish_engulfing", "bullish_harami", "bearish_harami", "tweezer_top",
-    "tweezer_bottom", "piercing_line", "dark_cloud_cover",
+    "bullish_engulfing",
+    "bearish_engulfing",
+    "bullish_harami",
+    "bearish_harami",
+    "tweezer_top",
+    "tweezer_bottom",
+    "piercing_line",
+    "dark_cloud_cover",
 ];
 pub(super) const TRIPLE_CANDLES: &[&str] = &[
-    "morning_star", "evening_star", "three_white_soldiers", "three_black_crows", "three_inside_up",
+    "morning_star",
+    "evening_star",
+    "three_white_soldiers",
+    "three_black_crows",
+    "three_inside_up",
     "three_inside_down",
 ];
 pub(super) const SUMMARY_CANDLES: &[&str] = &[
-    "bullish_hammer", "bullish_inverted_hammer", "basic_doji", "bearish_engulfing", "bullish_engulfing",
-    "morning_star", "evening_star", "three_white_soldiers",
+    "bullish_hammer",
+    "bullish_inverted_hammer",
+    "basic_doji",
+    "bearish_engulfing",
+    "bullish_engulfing",
+    "morning_star",
+    "evening_star",
+    "three_white_soldiers",
 ];
 pub(super) const CHART_PATTERNS: &[&str] = &[
-    "Ascending Triangle", "Descending Triangle", "Symmetrical Triangle", "Wedge Up", "Wedge Down",
-    "Channel Up", "Channel Down", "Head and Shoulders", "Double Bottom", "Double Top",
+    "Ascending Triangle",
+    "Descending Triangle",
+    "Symmetrical Triangle",
+    "Wedge Up",
+    "Wedge Down",
+    "Channel Up",
+    "Channel Down",
+    "Head and Shoulders",
+    "Double Bottom",
+    "Double Top",
 ];
 pub(super) const TRIANGLES: &[&str] = &["ascending_triangle", "descending_triangle", "symmetrical_triangle"];
 pub(super) const HEAD_SHOULDERS: &[&str] = &["head_and_shoulders", "inverse_head_and_shoulders"];
@@ -116,12 +146,32 @@ pub(super) const WEDGES: &[&str] = &["rising_wedge", "falling_wedge"];
 pub(super) const CHANNELS: &[&str] = &["ascending_channel", "descending_channel", "horizontal_channel"];
 
 pub(super) const CATEGORIES: &[&str] = &[
-    "Layer 1", "Smart Contract Platform", "Decentralized Finance (DeFi)", "Proof of Work", "Proof of Stake",
-    "Meme", "Stablecoins", "Gaming", "Oracle", "Layer 2", "Exchange-based Tokens", "Real World Assets",
+    "Layer 1",
+    "Smart Contract Platform",
+    "Decentralized Finance (DeFi)",
+    "Proof of Work",
+    "Proof of Stake",
+    "Meme",
+    "Stablecoins",
+    "Gaming",
+    "Oracle",
+    "Layer 2",
+    "Exchange-based Tokens",
+    "Real World Assets",
 ];
 pub(super) const EXCHANGES: &[&str] = &[
-    "Binance", "Coinbase Exchange", "Kraken", "OKX", "Bybit", "KuCoin", "Gate.io", "Bitget", "HTX", "MEXC",
-    "Bitfinex", "Crypto.com Exchange",
+    "Binance",
+    "Coinbase Exchange",
+    "Kraken",
+    "OKX",
+    "Bybit",
+    "KuCoin",
+    "Gate.io",
+    "Bitget",
+    "HTX",
+    "MEXC",
+    "Bitfinex",
+    "Crypto.com Exchange",
 ];
 pub(super) const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
 pub(super) const PATTERN_EMPTY_SHARE: f64 = 0.4;
@@ -129,8 +179,16 @@ pub(super) const PATTERN_EMPTY_SHARE: f64 = 0.4;
 /// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
 /// first letters.
 pub(super) const KNOWN_SYMBOLS: &[(&str, &str)] = &[
-    ("bitcoin", "BTC"), ("ethereum", "ETH"), ("tether", "USDT"), ("solana", "SOL"), ("ripple", "XRP"),
-    ("binancecoin", "BNB"), ("usd-coin", "USDC"), ("dogecoin", "DOGE"), ("cardano", "ADA"), ("chainlink", "LINK"),
+    ("bitcoin", "BTC"),
+    ("ethereum", "ETH"),
+    ("tether", "USDT"),
+    ("solana", "SOL"),
+    ("ripple", "XRP"),
+    ("binancecoin", "BNB"),
+    ("usd-coin", "USDC"),
+    ("dogecoin", "DOGE"),
+    ("cardano", "ADA"),
+    ("chainlink", "LINK"),
 ];
 
 /// 2026-11-22T00:00:00Z in milliseconds: the Sandbox's "now", so bodies never depend on the clock.
@@ -259,13 +317,82 @@ mod tests {
         let value = parse(&listing_body(7, "bitcoin"));
         let data = &value["data"];
         let families: &[&[&str]] = &[
-            &["id", "symbol_id", "name", "symbol", "image", "categories", "tags", "exchanges", "is_active", "infinite_supply", "last_updated", "updated_at", "ohlc_updated_time"],
-            &["current_price", "circulating_supply", "total_supply", "max_supply", "fully_diluted_valuation", "market_cap", "market_cap_rank", "market_cap_dominance", "total_volume", "ath", "atl", "apy", "tvl", "day_volatility", "github_commit", "number_of_holders", "holders_change_percentage_24h"],
-            &["market_cap_change_percentage_24h", "market_cap_percentage_change_7d", "price_percent_change_90d", "volume_percentage_change_7d", "supply_percentage_change_24h"],
-            &["open_interest", "open_interest_change_4h", "funding_rate", "long_short_ratio_24h", "long_liquidation_1h", "short_liquidation_24h"],
-            &["rsi7_5m", "rsi14_1w", "rsi25_24h", "sma5_15m", "sma100_1w", "upper_bband_1h", "middle_bband_24h", "lower_bband_5m", "macd_1h", "ta_15m_updated_at"],
-            &["single_pattern_5m", "double_pattern_1w", "tripple_pattern_1h", "chartpattern_24h", "candlestick_pattern_5m"],
-            &["triangle_pattern_4h", "head_shoulder_pattern_5m", "multiple_top_bottom_pattern_1h", "double_top_bottom_pattern_24h", "wedge_pattern_4h", "channel_pattern_15m"],
+            &[
+                "id",
+                "symbol_id",
+                "name",
+                "symbol",
+                "image",
+                "categories",
+                "tags",
+                "exchanges",
+                "is_active",
+                "infinite_supply",
+                "last_updated",
+                "updated_at",
+                "ohlc_updated_time",
+            ],
+            &[
+                "current_price",
+                "circulating_supply",
+                "total_supply",
+                "max_supply",
+                "fully_diluted_valuation",
+                "market_cap",
+                "market_cap_rank",
+                "market_cap_dominance",
+                "total_volume",
+                "ath",
+                "atl",
+                "apy",
+                "tvl",
+                "day_volatility",
+                "github_commit",
+                "number_of_holders",
+                "holders_change_percentage_24h",
+            ],
+            &[
+                "market_cap_change_percentage_24h",
+                "market_cap_percentage_change_7d",
+                "price_percent_change_90d",
+                "volume_percentage_change_7d",
+                "supply_percentage_change_24h",
+            ],
+            &[
+                "open_interest",
+                "open_interest_change_4h",
+                "funding_rate",
+                "long_short_ratio_24h",
+                "long_liquidation_1h",
+                "short_liquidation_24h",
+            ],
+            &[
+                "rsi7_5m",
+                "rsi14_1w",
+                "rsi25_24h",
+                "sma5_15m",
+                "sma100_1w",
+                "upper_bband_1h",
+                "middle_bband_24h",
+                "lower_bband_5m",
+                "macd_1h",
+                "ta_15m_updated_at",
+            ],
+            &[
+                "single_pattern_5m",
+                "double_pattern_1w",
+                "tripple_pattern_1h",
+                "chartpattern_24h",
+                "candlestick_pattern_5m",
+            ],
+            &[
+                "triangle_pattern_4h",
+                "head_shoulder_pattern_5m",
+                "multiple_top_bottom_pattern_1h",
+                "double_top_bottom_pattern_24h",
+                "wedge_pattern_4h",
+                "channel_pattern_15m",
+            ],
         ];
         for key in families.iter().flat_map(|family| family.iter()) {
             assert!(data.get(*key).is_some(), "missing {key}");
@@ -285,7 +412,10 @@ mod tests {
         let updated = data["last_updated"].as_str().unwrap_or_default();
         assert!(updated.starts_with("2026-") && updated.ends_with('Z') && updated.len() == 24, "{updated}");
         let ta_updated = data["ta_1h_updated_at"].as_str().unwrap_or_default();
-        assert!(ta_updated.starts_with("2026-") && ta_updated.ends_with("+00") && ta_updated.len() == 22, "{ta_updated}");
+        assert!(
+            ta_updated.starts_with("2026-") && ta_updated.ends_with("+00") && ta_updated.len() == 22,
+            "{ta_updated}"
+        );
         for interval in TA_INTERVALS {
             let band = |name: &str| data[format!("{name}_bband_{interval}")].as_f64().unwrap_or(f64::NAN);
             assert!(band("upper") > band("middle") && band("middle") > band("lower"));
@@ -311,7 +441,11 @@ mod tests {
                 if key.contains("pattern") {
                     let names = field.as_array().expect("pattern fields are arrays");
                     assert!(names.iter().all(Value::is_string));
-                    if names.is_empty() { empty += 1 } else { filled += 1 }
+                    if names.is_empty() {
+                        empty += 1
+                    } else {
+                        filled += 1
+                    }
                 }
             }
             if value["generalInfo"]["chains"].as_array().is_some_and(|c| !c.is_empty()) {
@@ -345,11 +479,27 @@ mod tests {
         let value = parse(&body);
         let entries = value["data"].as_array().expect("data is an array");
         assert!((3..=30).contains(&entries.len()));
-        let price: f64 = parse(&listing_body(0, "bitcoin"))["data"]["current_price"].as_str().and_then(|p| p.parse().ok()).unwrap_or(0.0);
+        let price: f64 = parse(&listing_body(0, "bitcoin"))["data"]["current_price"]
+            .as_str()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0.0);
         let mut pairs = std::collections::HashSet::new();
         let mut percent_sum = 0.0;
         for entry in entries {
-            for key in ["id", "exchangeName", "exchangeImage", "marketPair", "marketUrl", "price", "volumeUsd", "liquidity_score", "depthUsdPositiveTwo", "depthUsdNegativeTwo", "volumePercent", "marketReputation"] {
+            for key in [
+                "id",
+                "exchangeName",
+                "exchangeImage",
+                "marketPair",
+                "marketUrl",
+                "price",
+                "volumeUsd",
+                "liquidity_score",
+                "depthUsdPositiveTwo",
+                "depthUsdNegativeTwo",
+                "volumePercent",
+                "marketReputation",
+            ] {
                 assert!(entry.get(key).is_some(), "missing {key}");
             }
             let pair = entry["marketPair"].as_str().unwrap_or_default();

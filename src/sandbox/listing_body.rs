@@ -29,9 +29,20 @@ pub fn listing_body(seed: u64, token: &str) -> String {
 
     let mut out = String::with_capacity(8192);
     let o = &mut out;
-    let _ = write!(o, "{{\"data\":{{\"id\":{id},\"symbol_id\":{id},\"name\":{},\"symbol\":{},", json_string(&name), json_string(&symbol_of(token)));
+    let _ = write!(
+        o,
+        "{{\"data\":{{\"id\":{id},\"symbol_id\":{id},\"name\":{},\"symbol\":{},",
+        json_string(&name),
+        json_string(&symbol_of(token))
+    );
     let _ = write!(o, "\"image\":\"https://assets.sandbox.defilens.example/coins/{site}/large.png\",");
-    let _ = write!(o, "\"categories\":{},\"tags\":{},\"exchanges\":{},", json_list(&categories), json_list(&tags), json_list(&exchanges));
+    let _ = write!(
+        o,
+        "\"categories\":{},\"tags\":{},\"exchanges\":{},",
+        json_list(&categories),
+        json_list(&tags),
+        json_list(&exchanges)
+    );
     let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{infinite_supply},", !rng.chance(0.05));
     let _ = write!(
         o,
@@ -41,8 +52,18 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     );
 
     let _ = write!(o, "\"current_price\":\"{price_text}\",\"circulating_supply\":{circulating:.0},\"total_supply\":{total_supply:.0},\"max_supply\":{max_supply:.0},");
-    let _ = write!(o, "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},", price * total_supply, 1 + rng.below(5000));
-    let _ = write!(o, "\"market_cap_dominance\":{:.4},\"total_volume\":{:.2},", rng.range(0.0, 55.0), market_cap * rng.range(0.01, 0.3));
+    let _ = write!(
+        o,
+        "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},",
+        price * total_supply,
+        1 + rng.below(5000)
+    );
+    let _ = write!(
+        o,
+        "\"market_cap_dominance\":{:.4},\"total_volume\":{:.2},",
+        rng.range(0.0, 55.0),
+        market_cap * rng.range(0.01, 0.3)
+    );
     let _ = write!(
         o,
         "\"ath\":{:.*},\"atl\":{:.*},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{:.3},",
@@ -62,10 +83,21 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     }
 
     for field in [
-        "market_cap_change_percentage_24h", "market_cap_change_percentage_1w", "market_cap_percentage_change_7d",
-        "price_change_percentage_24h", "price_percent_change_1h", "price_percent_change_24h", "price_percent_change_7d",
-        "price_percent_change_30d", "price_percent_change_60d", "price_percent_change_90d", "price_percent_change_1w",
-        "volume_change_24h", "volume_change_1w", "volume_percentage_change_7d", "supply_percentage_change_24h",
+        "market_cap_change_percentage_24h",
+        "market_cap_change_percentage_1w",
+        "market_cap_percentage_change_7d",
+        "price_change_percentage_24h",
+        "price_percent_change_1h",
+        "price_percent_change_24h",
+        "price_percent_change_7d",
+        "price_percent_change_30d",
+        "price_percent_change_60d",
+        "price_percent_change_90d",
+        "price_percent_change_1w",
+        "volume_change_24h",
+        "volume_change_1w",
+        "volume_percentage_change_7d",
+        "supply_percentage_change_24h",
     ] {
         let _ = write!(o, "\"{field}\":{:.4},", rng.range(-25.0, 25.0));
     }
@@ -73,7 +105,12 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     let open_interest = market_cap * rng.range(0.001, 0.05);
     let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{:.6},", rng.range(-0.001, 0.001));
     for window in ["1h", "4h", "24h"] {
-        let _ = write!(o, "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},", rng.range(-10.0, 10.0), rng.range(0.5, 2.0));
+        let _ = write!(
+            o,
+            "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},",
+            rng.range(-10.0, 10.0),
+            rng.range(0.5, 2.0)
+        );
         let _ = write!(
             o,
             "\"long_liquidation_{window}\":{:.2},\"short_liquidation_{window}\":{:.2},",
@@ -133,7 +170,11 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     );
     let _ = write!(o, "}},\"generalInfo\":{{\"description\":{},", json_string(&description));
     let _ = write!(o, "\"websites\":[\"https://{site}.example.org\"],");
-    let _ = write!(o, "\"explorers\":[\"https://explorer.example.com/token/{site}\",\"https://scan.example.net/address/0x{:016x}\"],", rng.next_u64());
+    let _ = write!(
+        o,
+        "\"explorers\":[\"https://explorer.example.com/token/{site}\",\"https://scan.example.net/address/0x{:016x}\"],",
+        rng.next_u64()
+    );
     let mut community_link = |host: &str, prefix: &str| {
         if rng.chance(0.3) {
             "null".to_string()
@@ -154,7 +195,13 @@ pub fn listing_body(seed: u64, token: &str) -> String {
             if i > 0 {
                 o.push(',');
             }
-            let _ = write!(o, "{{\"name\":\"{chain}\",\"address\":\"0x{:016x}{:016x}{:08x}\"}}", rng.next_u64(), rng.next_u64(), rng.next_u64() as u32);
+            let _ = write!(
+                o,
+                "{{\"name\":\"{chain}\",\"address\":\"0x{:016x}{:016x}{:08x}\"}}",
+                rng.next_u64(),
+                rng.next_u64(),
+                rng.next_u64() as u32
+            );
         }
         o.push_str("],");
     } else {

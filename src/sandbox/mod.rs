@@ -215,9 +215,9 @@ fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
             Err(error) => last_error = Some(error),
         }
     }
-    Err(last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?} resolves to no address"))))
+    Err(last_error
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?} resolves to no address"))))
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -26,10 +26,8 @@ pub async fn sleep_until(deadline: Instant) {
 }
 
 static TIMER: LazyLock<&'static Timer> = LazyLock::new(|| {
-    let timer: &'static Timer = Box::leak(Box::new(Timer {
-        deadlines: Mutex::new(BinaryHeap::new()),
-        earliest_changed: Condvar::new(),
-    }));
+    let timer: &'static Timer =
+        Box::leak(Box::new(Timer { deadlines: Mutex::new(BinaryHeap::new()), earliest_changed: Condvar::new() }));
     std::thread::Builder::new()
         .name("defilens-precise-timer".into())
         .spawn(move || {

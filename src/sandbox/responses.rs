@@ -196,10 +196,9 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
     let mut reply = match fault {
         Some(Fault::Drop) => Reply { delivery: Delivery::Dropped, ..Reply::ok(String::new()) },
         Some(Fault::ServerError) => Reply::error(503, "service unavailable (a Sandbox fault)"),
-        Some(Fault::RateLimited) => Reply {
-            retry_after: Some(config.retry_after),
-            ..Reply::error(429, "too many requests (a Sandbox fault)")
-        },
+        Some(Fault::RateLimited) => {
+            Reply { retry_after: Some(config.retry_after), ..Reply::error(429, "too many requests (a Sandbox fault)") }
+        }
         Some(Fault::InvalidJson) => Reply::ok(invalid_json_body(endpoint, &token)),
         None | Some(Fault::Truncate) => {
             let mut reply = if token.starts_with("unknown") {

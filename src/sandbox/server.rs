@@ -4,8 +4,8 @@
 //! body fails halfway, so hyper aborts the connection).
 
 use std::fmt;
-use std::io;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};

@@ -123,7 +123,8 @@ fn api_key_is_checked_before_anything_else() {
     assert_eq!(ok.status, 200);
     // Refused requests do not use up attempts.
     assert_eq!(ok.header("x-sandbox-attempt"), Some("1"));
-    let upper_case = exchange(&sandbox, b"GET /listings/market/eth HTTP/1.1\r\nX-Partner-Key: secret\r\nConnection: close\r\n\r\n");
+    let upper_case =
+        exchange(&sandbox, b"GET /listings/market/eth HTTP/1.1\r\nX-Partner-Key: secret\r\nConnection: close\r\n\r\n");
     assert_eq!(parse_response(&upper_case).map(|(r, _)| r.status), Some(200));
 }
 
@@ -153,7 +154,8 @@ fn keep_alive_pipelining_head_and_other_methods() {
     assert_eq!(sandbox.requests(), 4);
 
     // A body longer than one read, then a pipelined request: the body is skipped exactly.
-    let mut request = format!("POST /listings/x HTTP/1.1\r\ncontent-length: 100000\r\n\r\n{}", "b".repeat(100_000)).into_bytes();
+    let mut request =
+        format!("POST /listings/x HTTP/1.1\r\ncontent-length: 100000\r\n\r\n{}", "b".repeat(100_000)).into_bytes();
     request.extend_from_slice(b"GET /listings/y HTTP/1.1\r\nconnection: close\r\n\r\n");
     let received = exchange(&sandbox, &request);
     let (post, rest) = parse_response(&received).expect("the POST is answered");
@@ -272,7 +274,8 @@ fn faults_seen_by_reqwest() {
 #[test]
 fn retries_eventually_succeed_and_the_draws_are_repeatable() {
     let config = SandboxConfig { error_rate: 0.5, seed: 3, ..Default::default() };
-    let statuses = |sandbox: &Sandbox, path: &str| -> Vec<u16> { (0..20).map(|_| get(sandbox, path, None).status).collect() };
+    let statuses =
+        |sandbox: &Sandbox, path: &str| -> Vec<u16> { (0..20).map(|_| get(sandbox, path, None).status).collect() };
     let first = start(config.clone());
     let run = statuses(&first, "/listings/y");
     assert!(run.contains(&200) && run.contains(&503), "{run:?}");
@@ -293,7 +296,8 @@ fn retries_eventually_succeed_and_the_draws_are_repeatable() {
                 attempts += 1;
                 assert!(attempts < 50, "{token} never succeeded");
                 let Ok(response) = client.get(&url).send().await else { continue };
-                let attempt = response.headers().get("x-sandbox-attempt").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                let attempt =
+                    response.headers().get("x-sandbox-attempt").and_then(|v| v.to_str().ok()).map(str::to_owned);
                 assert_eq!(attempt, Some(attempts.to_string()));
                 if response.status() == 200 {
                     let body = response.bytes().await.expect("a body");
@@ -332,7 +336,10 @@ fn stop_closes_the_port_and_open_connections() {
     // The kept-alive connection ends (the rest of the response may or may not have arrived).
     let mut rest = Vec::new();
     let ended = open.read_to_end(&mut rest);
-    assert!(ended.is_ok() || ended.is_err_and(|e| e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::TimedOut));
+    assert!(
+        ended.is_ok()
+            || ended.is_err_and(|e| e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::TimedOut)
+    );
     assert_eq!(sandbox.requests(), 1);
 }
 
@@ -358,10 +365,17 @@ fn refuses_bad_configurations_and_taken_ports() {
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
         assert!(error.to_string().contains("rate"), "{error}");
     }
-    assert!(Sandbox::start(SandboxConfig { error_rate: 0.1, rate_limit_rate: 0.2, invalid_json_rate: 0.7, ..Default::default() }).is_ok());
+    assert!(Sandbox::start(SandboxConfig {
+        error_rate: 0.1,
+        rate_limit_rate: 0.2,
+        invalid_json_rate: 0.7,
+        ..Default::default()
+    })
+    .is_ok());
 
     let taken = start(SandboxConfig::default());
-    let error = Sandbox::start(SandboxConfig { port: taken.port(), ..Default::default() }).expect_err("the port is taken");
+    let error =
+        Sandbox::start(SandboxConfig { port: taken.port(), ..Default::default() }).expect_err("the port is taken");
     assert_eq!(error.kind(), io::ErrorKind::AddrInUse);
 }
 
@@ -402,6 +416,7 @@ fn sustains_concurrent_keep_alive_traffic() {
     eprintln!("{} requests in {:?}", TASKS * PER_TASK, started.elapsed());
 
     let started = Instant::now();
-    let bytes: usize = (0..1000).map(|i| listing_body(0, &format!("t{i}")).len() + markets_body(0, &format!("t{i}")).len()).sum();
+    let bytes: usize =
+        (0..1000).map(|i| listing_body(0, &format!("t{i}")).len() + markets_body(0, &format!("t{i}")).len()).sum();
     eprintln!("1000 listing + markets bodies ({bytes} bytes) built in {:?}", started.elapsed());
 }
