@@ -61,6 +61,22 @@ pub fn empty_frames() -> Vec<(&'static str, DataFrame)> {
     frames
 }
 
+/// Reading columns back in tests.
+#[cfg(test)]
+pub(crate) mod test_columns {
+    use polars::prelude::*;
+
+    /// Any column as text (an Enum by its category names).
+    pub fn strings(frame: &DataFrame, column: &str) -> Vec<Option<String>> {
+        let column = frame.column(column).unwrap().cast(&DataType::String).unwrap();
+        column.str().unwrap().iter().map(|s| s.map(str::to_owned)).collect()
+    }
+
+    pub fn floats(frame: &DataFrame, column: &str) -> Vec<Option<f64>> {
+        frame.column(column).unwrap().f64().unwrap().iter().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

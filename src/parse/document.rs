@@ -5,6 +5,8 @@ use std::borrow::Cow;
 
 use serde::de::DeserializeSeed;
 
+use crate::error::{Endpoint, Error};
+
 /// Implements `DeserializeSeed` for a visitor that carries its own state, by asking the
 /// deserializer for the JSON shape it expects (`deserialize_map`, `_seq` or `_any`).
 macro_rules! seed_from_visitor {
@@ -22,7 +24,7 @@ pub(crate) use seed_from_visitor;
 /// The field being read, for error messages: (section, key); section `""` for the top level.
 pub type FieldPath<'de> = Option<(&'static str, Cow<'de, str>)>;
 
-pub fn field_label(field: &FieldPath<'_>) -> Option<String> {
+fn field_label(field: &FieldPath<'_>) -> Option<String> {
     field.as_ref().map(|(section, key)| if section.is_empty() { key.to_string() } else { format!("{section}.{key}") })
 }
 
@@ -47,8 +49,33 @@ where
     document.deserialize(&mut deserializer).and_then(|()| deserializer.end())
 }
 
+/// What a `DecodeError` says about the body it comes from.
+pub struct DecodeContext<'a> {
+    pub endpoint: Endpoint,
+    pub token: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+impl DecodeContext<'_> {
+    pub fn error(&self, field: Option<String>, offset: Option<usize>, message: impl Into<String>) -> Error {
+        Error::Decode {
+            token: self.token.map(str::to_owned),
+            endpoint: self.endpoint,
+            field,
+            offset,
+            message: message.into(),
+        }
+    }
+
+    /// A JSON error located: the field being read and the byte offset.
+    pub fn json_error(&self, err: &serde_json::Error, field: &FieldPath<'_>) -> Error {
+        let (message, offset) = describe_json_error(err, self.body);
+        self.error(field_label(field), offset, message)
+    }
+}
+
 /// serde_json's message without its position suffix, and the byte offset of that position.
-pub fn describe_json_error(err: &serde_json::Error, body: &[u8]) -> (String, Option<usize>) {
+fn describe_json_error(err: &serde_json::Error, body: &[u8]) -> (String, Option<usize>) {
     let text = err.to_string();
     let message = match text.rfind(" at line ") {
         Some(cut) if err.line() > 0 => text[..cut].to_string(),

@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 
-use super::document::{describe_json_error, field_label, parse_document, seed_from_visitor, FieldPath};
+use super::document::{parse_document, seed_from_visitor, DecodeContext, FieldPath};
 use crate::error::{Endpoint, Error};
 use crate::frames::listing::Name;
 use crate::frames::{ListingColumns, ListingFrames, ListingRows};
@@ -273,30 +273,22 @@ impl ListingBuilder {
     /// Parses one listing body and appends its rows. Returns the token the rows carry.
     /// On error nothing is appended.
     pub fn append(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
+        let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
         let mut pending = PendingListing::default();
-        let decode_error = |field: Option<String>, offset: Option<usize>, message: String| Error::Decode {
-            token: input.token.map(str::to_owned),
-            endpoint: Endpoint::Listing,
-            field,
-            offset,
-            message,
-        };
-        let parsed = parse_document(input.body, ListingDocument(&mut pending));
-        if let Err(err) = parsed {
-            let (message, offset) = describe_json_error(&err, input.body);
-            return Err(decode_error(field_label(&pending.field), offset, message));
+        if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
+            return Err(context.json_error(&err, &pending.field));
         }
         if !pending.saw_data {
-            return Err(decode_error(None, None, "the response has no `data` object".into()));
+            return Err(context.error(None, None, "the response has no `data` object"));
         }
         let token: Cow<'_, str> = match (input.token, &pending.rows.scalars[0]) {
             (Some(token), _) => Cow::Borrowed(token),
             (None, Typed::Str(id)) if !id.is_empty() => id.clone(),
             (None, _) => {
-                return Err(decode_error(
+                return Err(context.error(
                     Some("data.id".into()),
                     None,
-                    "the body has no `data.id`, so pass token_id= to name the token".into(),
+                    "the body has no `data.id`, so pass token_id= to name the token",
                 ))
             }
         };
@@ -312,7 +304,7 @@ impl ListingBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use polars::prelude::*;
+    use crate::frames::test_columns::{floats, strings};
 
     const LISTING: &str = r#"{
       "data": {
@@ -340,15 +332,6 @@ mod tests {
         let mut builder = ListingBuilder::new(1);
         builder.append(&ListingBody { body: body.as_bytes(), token, fetched_at: Some(7) })?;
         Ok(builder.finish())
-    }
-
-    fn strings(frame: &DataFrame, column: &str) -> Vec<Option<String>> {
-        let column = frame.column(column).unwrap().cast(&DataType::String).unwrap();
-        column.str().unwrap().iter().map(|s| s.map(str::to_owned)).collect()
-    }
-
-    fn floats(frame: &DataFrame, column: &str) -> Vec<Option<f64>> {
-        frame.column(column).unwrap().f64().unwrap().iter().collect()
     }
 
     #[test]

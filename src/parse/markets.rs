@@ -6,7 +6,7 @@ use std::fmt;
 use polars::prelude::DataFrame;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::document::{describe_json_error, field_label, parse_document, seed_from_visitor, FieldPath};
+use super::document::{parse_document, seed_from_visitor, DecodeContext, FieldPath};
 use crate::error::{Endpoint, Error};
 use crate::frames::{MarketRow, MarketsColumns};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
@@ -146,21 +146,13 @@ impl MarketsBuilder {
 
     /// Parses one markets body and appends its entries. On error nothing is appended.
     pub fn append(&mut self, input: &MarketsBody<'_>) -> Result<MarketsSummary, Error> {
+        let context = DecodeContext { endpoint: Endpoint::Markets, token: Some(input.token), body: input.body };
         let mut pending = PendingMarkets::default();
-        let parsed = parse_document(input.body, MarketsDocument(&mut pending));
-        let decode_error = |field, offset, message| Error::Decode {
-            token: Some(input.token.to_owned()),
-            endpoint: Endpoint::Markets,
-            field,
-            offset,
-            message,
-        };
-        if let Err(err) = parsed {
-            let (message, offset) = describe_json_error(&err, input.body);
-            return Err(decode_error(field_label(&pending.field), offset, message));
+        if let Err(err) = parse_document(input.body, MarketsDocument(&mut pending)) {
+            return Err(context.json_error(&err, &pending.field));
         }
         if !pending.saw_data {
-            return Err(decode_error(None, None, "the response has no `data` array".into()));
+            return Err(context.error(None, None, "the response has no `data` array"));
         }
         let summary = MarketsSummary { entries: pending.entries.len(), total: pending.total };
         for entry in &pending.entries {
@@ -177,16 +169,7 @@ impl MarketsBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use polars::prelude::*;
-
-    fn strings(frame: &DataFrame, column: &str) -> Vec<Option<String>> {
-        let column = frame.column(column).unwrap().cast(&DataType::String).unwrap();
-        column.str().unwrap().iter().map(|s| s.map(str::to_owned)).collect()
-    }
-
-    fn floats(frame: &DataFrame, column: &str) -> Vec<Option<f64>> {
-        frame.column(column).unwrap().f64().unwrap().iter().collect()
-    }
+    use crate::frames::test_columns::{floats, strings};
 
     #[test]
     fn markets_split_pairs_and_report_total() {
