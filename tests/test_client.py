@@ -105,7 +105,8 @@ def test_client_errors_map_to_classes_and_are_not_retried(scripted, status: int,
     assert "nope" in error.body
     assert "sk-secret-123" not in str(error) and "sk-secret-123" not in repr(error)
     assert len(server.seen) == 1
-    frames = client.fetch(["bitcoin"], markets=False)
+    with pytest.warns(defilens.DefiLensWarning, match=f"all 1 requests of this fetch failed, 1 of them with {kind}"):
+        frames = client.fetch(["bitcoin"], markets=False)
     row = frames.errors.row(0, named=True)
     assert (row["status"], row["kind"], row["attempts"], row["ok"]) == (status, kind, 1, False)
 
@@ -219,7 +220,8 @@ def test_wrong_json_shape_is_a_decode_error_not_retried(scripted) -> None:
         defilens.Client(base_url=server.url, **FAST).token("bitcoin", markets=False)
     assert info.value.token == "bitcoin"
     assert len(server.seen) == 1
-    frames = defilens.Client(base_url=server.url, **FAST).fetch(["bitcoin"], markets=False)
+    with pytest.warns(defilens.DefiLensWarning, match="frames.errors"):
+        frames = defilens.Client(base_url=server.url, **FAST).fetch(["bitcoin"], markets=False)
     assert frames.errors["kind"].to_list() == ["decode"]
 
 

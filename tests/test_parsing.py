@@ -163,8 +163,9 @@ def test_empty_frames_keep_schemas(frames: defilens.Frames) -> None:
         assert frame.height == 0
         assert frame.schema == getattr(frames, name).schema, name
     assert empty.log.columns == [
-        "token", "endpoint", "ok", "status", "kind", "message", "attempts", "elapsed_ms", "total", "fetched_at",
+        "token", "endpoint", "ok", "status", "kind", "message", "attempts", "elapsed_ms", "total", "fetched_at", "cached",
     ]
+    assert empty.drift.columns == ["token", "endpoint", "field", "expected", "found", "fetched_at"]
     assert empty.log.schema["status"] == pl.Int64 and empty.log.schema["ok"] == pl.Boolean
 
 
@@ -212,15 +213,37 @@ def test_absent_fields_give_no_rows() -> None:
 
 
 @pytest.mark.parametrize(
+    "body, field, expected, found",
+    [
+        (b'{"data": {"id": "x", "current_price": "cheap"}}', "data.current_price", "a number", '"cheap"'),
+        (b'{"data": {"id": "x", "current_price": "N/A"}}', "data.current_price", "a number", '"N/A"'),
+        (b'{"data": {"id": "x", "market_cap_rank": 1.5}}', "data.market_cap_rank", "an integer", "1.5"),
+        (b'{"data": {"id": "x", "github_commit": 12.5}}', "data.github_commit", "an integer", "12.5"),
+        (b'{"data": {"id": "x", "last_updated": "yesterday"}}', "data.last_updated", "a timestamp string", '"yesterday" (expected a 4-digit year)'),
+        (b'{"data": {"id": "x", "rsi14_1h": {"v": 1}}}', "data.rsi14_1h", "a number", "an object"),
+        (b'{"data": {"id": "x", "wedge_pattern_4h": 7}}', "data.wedge_pattern_4h", "an array of pattern names", "7"),
+        (b'{"data": {"id": "x", "wedge_pattern_4h": ["a", 3]}}', "data.wedge_pattern_4h", "an array of pattern names", "an array with a non-string element"),
+        (b'{"data": {"id": "x", "categories": "Layer 1"}}', "data.categories", "an array of strings", '"Layer 1"'),
+        (b'{"data": {"id": "x", "rsi14_1m": 40}}', "data.rsi14_1m", "an interval of 5m, 15m, 1h, 4h, 24h or 1w", 'the interval "1m"'),
+        (b'{"data": {"id": "x"}, "generalInfo": {"websites": 3}}', "generalInfo.websites", "an array of strings", "3"),
+        (b'{"data": {"id": "x"}, "generalInfo": "none"}', "generalInfo", "the generalInfo object", '"none"'),
+    ],
+)
+def test_values_that_do_not_fit_are_null_cells_and_drift_rows(body: bytes, field: str, expected: str, found: str) -> None:
+    frames = defilens.parse_token(body, token_id="x", fetched_at=7)
+    assert frames.snapshot.height == 1 and frames.info.height == 1
+    assert frames.drift.rows(named=True) == [
+        {"token": "x", "endpoint": "listing", "field": field, "expected": expected, "found": found,
+         "fetched_at": dt.datetime(1970, 1, 1, 0, 0, 0, 7000, tzinfo=dt.timezone.utc)},
+    ]
+    column = field.split(".")[-1]
+    if column in frames.snapshot.columns:
+        assert frames.snapshot[column].to_list() == [None]
+
+
+@pytest.mark.parametrize(
     "body, field",
     [
-        (b'{"data": {"id": "x", "current_price": "cheap"}}', "data.current_price"),
-        (b'{"data": {"id": "x", "market_cap_rank": 1.5}}', "data.market_cap_rank"),
-        (b'{"data": {"id": "x", "last_updated": "yesterday"}}', "data.last_updated"),
-        (b'{"data": {"id": "x", "rsi14_1h": {"v": 1}}}', "data.rsi14_1h"),
-        (b'{"data": {"id": "x", "wedge_pattern_4h": 7}}', "data.wedge_pattern_4h"),
-        (b'{"data": {"id": "x", "categories": "Layer 1"}}', "data.categories"),
-        (b'{"data": {"id": "x"}, "generalInfo": {"websites": 3}}', "generalInfo.websites"),
         (b'{"data": {"id": "x", "rsi14_1h": "5', "data.rsi14_1h"),
         (b'{"data": {"id": "x", "rsi14_1h": 5', "data"),
         (b'{"data": {"id": "x"}, "generalInfo": {"description": "a"', "generalInfo"),
@@ -262,7 +285,7 @@ def test_parse_tokens_matches_parse_token() -> None:
 
 
 def test_parse_tokens_names_the_bad_body() -> None:
-    bodies = [listing_bytes(id="good"), b'{"data": {"id": "bad", "current_price": []}}']
+    bodies = [listing_bytes(id="good"), b'{"data": {"id": "bad", "current_price": ']
     with pytest.raises(defilens.DecodeError, match="second") as info:
         defilens.parse_tokens(bodies, ["first", "second"])
     assert info.value.token == "second"
@@ -270,10 +293,13 @@ def test_parse_tokens_names_the_bad_body() -> None:
         defilens.parse_tokens(bodies, ["only-one"])
 
 
-def test_markets_decode_errors() -> None:
+def test_markets_decode_errors_and_drift() -> None:
     with pytest.raises(defilens.DecodeError) as info:
-        defilens.parse_markets(b'{"data": [{"id": 1, "price": "x"}]}', "eth")
+        defilens.parse_markets(b'{"data": [{"id": 1, "price": tru}]}', "eth")
     assert info.value.field == "data[0].price" and info.value.token == "eth"
+    with pytest.warns(defilens.DefiLensWarning, match=r"data\[0\]\.price"):
+        frame = defilens.parse_markets(b'{"data": [{"id": 1, "price": "x", "liquidity_score": 229.0}]}', "eth")
+    assert frame["price"].to_list() == [None] and frame["liquidity_score"].to_list() == [229]
     with pytest.raises(defilens.DecodeError):
         defilens.parse_markets(b'{"total": 3}', "eth")
 

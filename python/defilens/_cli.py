@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import time
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
     fetch = sub.add_parser("fetch", help="fetch tokens and write their frames", description="Fetch tokens, print a summary and write the frames.")
     fetch.add_argument("tokens", nargs="+", metavar="TOKEN", help="token ids, e.g. bitcoin ethereum")
-    fetch.add_argument("--markets", action="store_true", help="also fetch each token's exchange markets")
+    fetch.add_argument("--markets", action=argparse.BooleanOptionalAction, default=True, help="also fetch each token's exchange markets (default; --no-markets to skip)")
     fetch.add_argument("--out", help="folder to write the frames to (one file per frame)")
     fetch.add_argument("--format", choices=["parquet", "csv", "ndjson"], default="parquet", help="file format for --out (default parquet)")
     connection_options(fetch)
@@ -53,17 +54,40 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--every", required=True, help="interval between rounds: 30s, 5m, 1h")
     coll.add_argument("--count", type=int, help="stop after N rounds (default: until Ctrl-C)")
     coll.add_argument("--out", required=True, help="history folder")
-    coll.add_argument("--no-markets", action="store_true", help="skip the markets endpoint")
+    coll.add_argument("--markets", action=argparse.BooleanOptionalAction, default=True, help="also fetch each token's exchange markets (default; --no-markets to skip)")
+    coll.add_argument("--max-failed-rounds", type=int, default=3, help="stop after this many rounds in a row in which every request failed (default 3)")
     connection_options(coll)
 
     sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C.")
-    sb.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    sb.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1, 0 to 65535 (default 0: a free one)")
     sb.add_argument("--seed", type=int, default=0)
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     sb.add_argument("--api-key", help="require this x-partner-key")
     for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
         sb.add_argument(f"--{fault}", type=float, default=0.0)
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port is a whole number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535, got {port}")
+    return port
+
+
+def _writable_folder(path: str) -> Path:
+    """Makes sure ``--out`` can be written before any request, so a bad path never throws away
+    a finished fetch."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {path!r} is a file; give a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--out {path!r} is not writable")
+    return folder
 
 
 @contextlib.contextmanager
@@ -90,8 +114,23 @@ def _format_number(value: object, digits: int = 2) -> str:
     return str(value)
 
 
+def _format_price(value: object) -> str:
+    """Prices keep four significant digits however small: 64,123.52, 0.5123, 0.00004012."""
+    if not isinstance(value, float) or value == 0 or not math.isfinite(value):
+        return _format_number(value)
+    if abs(value) >= 1:
+        return f"{value:,.2f}"
+    decimals = 3 - math.floor(math.log10(abs(value)))
+    return f"{value:,.{decimals}f}"
+
+
+#: Up to this many tokens are listed one per line; beyond, the largest by market cap and totals.
+MAX_LISTED_TOKENS = 20
+
+
 def summary(frames: Frames, elapsed: float) -> str:
-    """A compact, readable summary of a fetch."""
+    """A compact, readable summary of a fetch: a line of counts and a table of tokens (the
+    largest 20 by market cap, then totals, for bigger batches). Failures are in `failures`."""
     log = frames.log
     lines = []
     requested = log.get_column("token").n_unique() if log.height else 0
@@ -112,19 +151,24 @@ def summary(frames: Frames, elapsed: float) -> str:
         pattern_counts = frames.patterns.group_by("token").agg(pl.len().alias("patterns"))
         market_counts = frames.markets.group_by("token").agg(pl.len().alias("markets"))
         table = (
-            frames.snapshot.select("token", "symbol", "current_price", "price_change_percentage_24h", "market_cap_rank")
+            frames.snapshot.select(
+                "token", "symbol", "current_price", "price_change_percentage_24h", "market_cap_rank", "market_cap"
+            )
             .join(rsi.select("token", *[c for c in ("1h", "24h") if c in rsi.columns]), on="token", how="left")
             .join(macd, on="token", how="left")
             .join(pattern_counts, on="token", how="left")
             .join(market_counts, on="token", how="left")
         )
+        shown = table
+        if table.height > MAX_LISTED_TOKENS:
+            shown = table.sort("market_cap", descending=True, nulls_last=True).head(MAX_LISTED_TOKENS)
         headers = ["token", "symbol", "price", "24h %", "rank", "rsi14 1h", "rsi14 24h", "macd 24h", "patterns", "markets"]
         rows = []
-        for row in table.iter_rows(named=True):
+        for row in shown.iter_rows(named=True):
             rows.append([
                 str(row["token"]),
                 str(row["symbol"] or "-"),
-                _format_number(row["current_price"]),
+                _format_price(row["current_price"]),
                 _format_number(row["price_change_percentage_24h"]),
                 _format_number(row["market_cap_rank"]),
                 _format_number(row.get("1h"), 1),
@@ -137,23 +181,47 @@ def summary(frames: Frames, elapsed: float) -> str:
         lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
         for r in rows:
             lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)))
-    if failures.height:
-        by_kind = failures.group_by("kind").agg(pl.len().alias("n")).sort("kind")
+        if table.height > shown.height:
+            total_cap = table.get_column("market_cap").sum()
+            lines.append(
+                f"... and {table.height - shown.height} more tokens (the {shown.height} largest by market cap shown; "
+                f"all {table.height}: market cap {_format_number(float(total_cap or 0), 0)}, "
+                f"{frames.patterns.height} patterns, {frames.markets.height} markets)"
+            )
+    if frames.drift.height:
+        lines.append(f"{frames.drift.height} values did not fit their type; see drift")
+    return "\n".join(lines)
+
+
+def failures(frames: Frames) -> str:
+    """The failed requests, by kind and the first few, for stderr ("" when none failed)."""
+    errors = frames.errors
+    lines = []
+    if errors.height:
+        by_kind = errors.group_by("kind").agg(pl.len().alias("n")).sort("kind")
         kinds = ", ".join(f"{k} {n}" for k, n in by_kind.iter_rows())
         lines.append(f"failures by kind: {kinds}")
-        for row in failures.head(5).iter_rows(named=True):
+        for row in errors.head(5).iter_rows(named=True):
             lines.append(f"  {row['token']} ({row['endpoint']}): {row['message']}")
-    warnings = log.filter(pl.col("ok") & pl.col("message").str.starts_with("warning"))
-    for row in warnings.head(3).iter_rows(named=True):
+        if errors.height > 5:
+            lines.append(f"  ... {errors.height - 5} more in frames.errors (errors.parquet with --out)")
+    notes = frames.log.filter(pl.col("ok") & pl.col("message").str.starts_with("warning"))
+    for row in notes.head(3).iter_rows(named=True):
         lines.append(f"note: {row['token']} markets: {row['message']}")
     return "\n".join(lines)
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    if args.out:
+        _writable_folder(args.out)
     started = time.monotonic()
     with _client(args) as client:
-        frames = client.fetch(args.tokens, markets=args.markets, progress=False if args.no_progress else None)
+        # The failures are printed below, so no warning on top of them.
+        frames = client._fetch(args.tokens, markets=args.markets, progress=False if args.no_progress else None)
     print(summary(frames, time.monotonic() - started))
+    failed = failures(frames)
+    if failed:
+        print(failed, file=sys.stderr)
     if args.out:
         folder = frames.write(args.out, format=args.format)
         print(f"wrote {len(list(frames.items()))} frames to {folder}/ ({args.format})")
@@ -161,21 +229,22 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    parse_every(args.every)  # fail on a bad interval before starting a Sandbox
+    parse_every(args.every)  # fail on a bad interval or folder before starting a Sandbox
+    _writable_folder(args.out)
     rounds_done = 0
 
     def report(round_number: int, frames: Frames) -> None:
         nonlocal rounds_done
         rounds_done = round_number
-        print(
-            f"round {round_number}: {frames.snapshot.height} tokens, {frames.errors.height} failed requests",
-            flush=True,
-        )
+        print(f"round {round_number}: {frames.snapshot.height} tokens", flush=True)
+        failed = failures(frames)
+        if failed:
+            print(f"round {round_number}: {frames.errors.height} failed requests\n{failed}", file=sys.stderr, flush=True)
 
     with _client(args) as client:
         try:
-            collect(client, args.tokens, args.every, count=args.count, out=args.out,
-                    markets=not args.no_markets, on_round=report, progress=False)
+            collect(client, args.tokens, args.every, count=args.count, out=args.out, markets=args.markets,
+                    on_round=report, progress=False, max_failed_rounds=args.max_failed_rounds)
         except KeyboardInterrupt:
             print(f"stopped after {rounds_done} rounds; history in {args.out}/", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -195,8 +264,9 @@ def _sandbox(args: argparse.Namespace) -> int:
         truncate_rate=args.truncate_rate,
         invalid_json_rate=args.invalid_json_rate,
     ) as sandbox:
-        print(f"serving the DeFi Lens sandbox at {sandbox.url} (Ctrl-C to stop)", flush=True)
         try:
+            # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.
+            print(f"serving the DeFi Lens sandbox at {sandbox.url} (Ctrl-C to stop)", flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -222,4 +292,4 @@ def _one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
-__all__: List[str] = ["main", "summary"]
+__all__: List[str] = ["main", "summary", "failures"]

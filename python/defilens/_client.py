@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import polars as pl
 
 from . import _core
-from ._exceptions import DefiLensError
+from ._exceptions import DefiLensError, DefiLensWarning
 from ._frames import Frames, _from_core
 from ._progress import progress_callback
 
@@ -71,11 +71,14 @@ class _BaseClient:
         concurrency: int = DEFAULTS["concurrency"],
         rate_limit: Optional[float] = None,
         cache_ttl: Optional[float] = None,
+        cache_max_bytes: int = DEFAULTS["cache_max_bytes"],
         proxy: Optional[str] = None,
         max_response_bytes: int = DEFAULTS["max_response_bytes"],
         backoff: Tuple[float, float] = DEFAULTS["backoff"],
     ) -> None:
-        base_url = base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        if hasattr(_core, "Sandbox") and isinstance(base_url, _core.Sandbox):
+            base_url = base_url.url
+        base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         if not api_key and not _is_loopback(base_url):
             raise DefiLensError(
@@ -96,6 +99,7 @@ class _BaseClient:
             concurrency=concurrency,
             rate_limit=rate_limit,
             cache_ttl=cache_ttl,
+            cache_max_bytes=cache_max_bytes,
             proxy=proxy,
             max_response_bytes=max_response_bytes,
             backoff=backoff,
@@ -137,6 +141,23 @@ class _BaseClient:
     def _start(self, ids: "list[str]", *, listing: bool, markets: bool) -> Any:
         self._check_open()
         return self._engine.start(ids, listing=listing, markets=markets)
+
+
+def _warn_if_everything_failed(frames: Frames) -> None:
+    """One warning for a batch in which no request succeeded: a key, a URL or the network is
+    wrong, and empty frames alone would not say so."""
+    log = frames.log
+    if log.height == 0 or log.get_column("ok").any():
+        return
+    kinds = log.get_column("kind").value_counts(sort=True)
+    kind, count = kinds.row(0)
+    example = log.filter(pl.col("kind") == kind).get_column("message")[0]
+    warnings.warn(
+        f"all {log.height} requests of this fetch failed, {count} of them with {kind}: {example} "
+        "(frames.errors has every failure)",
+        DefiLensWarning,
+        stacklevel=3,
+    )
 
 
 def _raise_first_error(result: "dict[str, Any]") -> None:
@@ -198,7 +219,11 @@ class Client(_BaseClient):
 
         Ctrl-C stops the batch within a fraction of a second; the client stays usable.
         """
-        ids = _token_list(token_ids)
+        frames = self._fetch(_token_list(token_ids), markets=markets, progress=progress)
+        _warn_if_everything_failed(frames)
+        return frames
+
+    def _fetch(self, ids: "list[str]", *, markets: bool, progress: Optional[bool]) -> Frames:
         job = self._start(ids, listing=True, markets=markets)
         with progress_callback(progress, len(ids) * (2 if markets else 1)) as callback:
             result = job.wait(callback)
@@ -213,16 +238,30 @@ class Client(_BaseClient):
         out: Union[str, "os.PathLike[str]"],
         markets: bool = True,
         progress: Optional[bool] = False,
+        max_failed_rounds: int = 3,
     ) -> int:
         """Fetches ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) and appends each
         round to a Hive-partitioned Parquet history at ``out`` (read it with `defilens.scan`).
 
         Keeps to the schedule without drift, writes each file atomically, stops after ``count``
         rounds (``None``: until Ctrl-C). Returns the number of rounds written.
+
+        Fails loudly: a round in which every request failed is a failed round. An
+        authentication or permission failure raises at once; ``max_failed_rounds`` failed
+        rounds in a row raise the last error. Failures of single tokens never stop it.
         """
         from ._collect import collect
 
-        return collect(self, _token_list(token_ids), every, count=count, out=out, markets=markets, progress=progress)
+        return collect(
+            self,
+            _token_list(token_ids),
+            every,
+            count=count,
+            out=out,
+            markets=markets,
+            progress=progress,
+            max_failed_rounds=max_failed_rounds,
+        )
 
     def __enter__(self) -> "Client":
         return self
@@ -291,7 +330,9 @@ class AsyncClient(_BaseClient):
         """Fetches many tokens concurrently; see `Client.fetch`."""
         ids = _token_list(token_ids)
         result = await self._run(ids, listing=True, markets=markets, progress=progress)
-        return _from_core(result)
+        frames = _from_core(result)
+        _warn_if_everything_failed(frames)
+        return frames
 
     async def aclose(self) -> None:
         self.close()

@@ -50,6 +50,15 @@ def _with_fetched_at(frame: pl.DataFrame, fetched_at: pl.DataFrame, started: dt.
     )
 
 
+#: Failures that no later round can mend: the key is wrong or lacks permission.
+STOP_AT_ONCE = ("auth", "forbidden")
+
+
+def _every_request_failed(frames: Frames) -> bool:
+    log = frames.log
+    return log.height > 0 and not log.get_column("ok").any() and bool(frames._exceptions)
+
+
 def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: int) -> "list[Path]":
     """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame.
 
@@ -77,6 +86,7 @@ def collect(
     markets: bool = True,
     on_round: Optional[Callable[[int, Frames], None]] = None,
     progress: Optional[bool] = False,
+    max_failed_rounds: int = 3,
 ) -> int:
     """Fetches ``token_ids`` every ``every`` and appends each round to the history at ``out``.
 
@@ -87,11 +97,14 @@ def collect(
     interval = parse_every(every)
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be a positive int or None, got {count!r}")
+    if isinstance(max_failed_rounds, bool) or not isinstance(max_failed_rounds, int) or max_failed_rounds < 1:
+        raise ValueError(f"max_failed_rounds must be a positive int, got {max_failed_rounds!r}")
     ids = list(token_ids)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     origin = time.monotonic()
     rounds = 0
+    failed_in_a_row = 0
     tick = 0
     while count is None or rounds < count:
         due = origin + tick * interval
@@ -99,11 +112,18 @@ def collect(
         if delay > 0:
             time.sleep(delay)
         started = dt.datetime.now(dt.timezone.utc)
-        frames = client.fetch(ids, markets=markets, progress=progress)
+        frames = client._fetch(ids, markets=markets, progress=progress)
         write_round(frames, folder, started, rounds)
         rounds += 1
         if on_round is not None:
             on_round(rounds, frames)
+        if _every_request_failed(frames):
+            failed_in_a_row += 1
+            last_error = frames._exceptions[-1]
+            if getattr(last_error, "kind", None) in STOP_AT_ONCE or failed_in_a_row >= max_failed_rounds:
+                raise last_error
+        else:
+            failed_in_a_row = 0
         # The next tick on the grid that is still in the future.
         elapsed_ticks = (time.monotonic() - origin) / interval
         tick = max(tick + 1, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))

@@ -9,6 +9,8 @@ __all__ = [
     "DEFAULTS",
     "FRAME_NAMES",
     "INTERVALS",
+    "MAX_TOKEN_ID_CHARS",
+    "check_base_url",
     "__version__",
     "Engine",
     "FetchJob",
@@ -29,6 +31,7 @@ class _Defaults(TypedDict):
     concurrency: int
     max_response_bytes: int
     backoff: Tuple[float, float]
+    cache_max_bytes: int
 
 __version__: str
 #: The client's defaults, defined once in the Rust core.
@@ -36,6 +39,11 @@ DEFAULTS: _Defaults
 #: The frames of `Frames`, in order (``errors`` is derived from ``log``).
 FRAME_NAMES: List[str]
 INTERVALS: List[str]
+#: Longer token ids are refused before any request.
+MAX_TOKEN_ID_CHARS: int
+
+def check_base_url(base_url: str) -> str:
+    """The base URL as requests use it; ValueError unless an http(s) URL with a host."""
 
 _Body = Union[bytes, bytearray, str]
 
@@ -53,6 +61,7 @@ class Engine:
         concurrency: int,
         rate_limit: Optional[float],
         cache_ttl: Optional[float],
+        cache_max_bytes: int,
         proxy: Optional[str],
         max_response_bytes: int,
         backoff: Tuple[float, float],
@@ -100,18 +109,20 @@ class Sandbox:
     def __new__(
         cls,
         *,
-        latency: float = 0.0,
+        latency: Optional[float] = None,
         api_key: Optional[str] = None,
-        seed: int = 0,
+        seed: Optional[int] = None,
         error_rate: float = 0.0,
         rate_limit_rate: float = 0.0,
-        retry_after: int = 1,
+        retry_after: Optional[int] = None,
         drop_rate: float = 0.0,
         truncate_rate: float = 0.0,
         invalid_json_rate: float = 0.0,
         host: Optional[str] = None,
-        port: int = 0,
-    ) -> Sandbox: ...
+        port: Optional[int] = None,
+    ) -> Sandbox:
+        """Starts serving. ``None`` means the default: latency 0 s (at most 3,600), seed 0,
+        retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535)."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""
@@ -135,8 +146,10 @@ def parse_tokens(
 ) -> Dict[str, pl.DataFrame]:
     """Parses many listing bodies into one set of frames in one call."""
 
-def parse_markets(body: _Body, token_id: str, fetched_at_ms: Optional[int] = None) -> Tuple[pl.DataFrame, Optional[int]]:
-    """Parses one markets body; returns (markets frame, the body's ``total``)."""
+def parse_markets(
+    body: _Body, token_id: str, fetched_at_ms: Optional[int] = None
+) -> Tuple[pl.DataFrame, Optional[int], pl.DataFrame]:
+    """Parses one markets body; returns (markets frame, the body's ``total``, drift frame)."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

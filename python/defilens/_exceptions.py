@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Optional
 
 __all__ = [
+    "DefiLensWarning",
     "DefiLensError",
     "APIError",
     "BadRequestError",
@@ -113,12 +115,21 @@ class TransportError(DefiLensError):
     """No usable response arrived."""
 
 
-class TimeoutError(TransportError):  # noqa: A001 - the contract's name
-    """No complete response within ``timeout`` seconds (after retries)."""
+class TimeoutError(TransportError, builtins.TimeoutError):  # noqa: A001 - the contract's name
+    """No complete response within ``timeout`` seconds (after retries).
+
+    Also a ``builtins.TimeoutError``, so ``except TimeoutError:`` catches it either way."""
 
 
-class ConnectionError(TransportError):  # noqa: A001 - the contract's name
-    """The connection failed, was dropped, or the body was cut short (after retries)."""
+class ConnectionError(TransportError, builtins.ConnectionError):  # noqa: A001 - the contract's name
+    """The connection failed, was dropped, or the body was cut short (after retries).
+
+    Also a ``builtins.ConnectionError`` (an ``OSError``)."""
+
+
+class DefiLensWarning(UserWarning):
+    """Something worth knowing that is not an error: for example a `fetch` in which every
+    request failed, or values that did not fit their columns (see ``frames.drift``)."""
 
 
 class DecodeError(DefiLensError):

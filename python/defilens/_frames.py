@@ -46,14 +46,16 @@ class Frames:
         ta_updated: when the service last updated each (token, interval).
         info: one row per token: description, links, community, chains, categories.
         markets: one row per exchange market of each token.
-        log: one row per HTTP exchange, failed or not.
+        log: one row per HTTP exchange, failed or not (``cached`` marks reused responses).
+        drift: one row per value that did not fit its column (the cell is null): token,
+            endpoint, field, expected, found, fetched_at.
 
     >>> frames = defilens.parse_token(defilens.testing.listing_body("bitcoin"))
     >>> frames.indicators.filter(pl.col("indicator") == "rsi14").get_column("interval").to_list()
     ['5m', '15m', '1h', '24h', '1w']
     """
 
-    __slots__ = FRAME_NAMES + ("_raw_items", "_raw_source")
+    __slots__ = FRAME_NAMES + ("_raw_items", "_raw_source", "_exceptions")
 
     snapshot: pl.DataFrame
     indicators: pl.DataFrame
@@ -63,10 +65,14 @@ class Frames:
     info: pl.DataFrame
     markets: pl.DataFrame
     log: pl.DataFrame
+    drift: pl.DataFrame
     _raw_items: "list[tuple[str, str, Any]] | None"
     _raw_source: Any
+    _exceptions: "list[Exception]"
 
-    def __init__(self, frames: "dict[str, pl.DataFrame]", raw: Any = None) -> None:
+    def __init__(
+        self, frames: "dict[str, pl.DataFrame]", raw: Any = None, exceptions: "Sequence[Exception]" = ()
+    ) -> None:
         empty = None
         for name in FRAME_NAMES:
             frame = frames.get(name)
@@ -79,6 +85,8 @@ class Frames:
         # turns into Python bytes only when `.raw` is read.
         object.__setattr__(self, "_raw_source", raw)
         object.__setattr__(self, "_raw_items", None)
+        # The exceptions behind the failed rows of `log`, in order (for `collect`'s errors).
+        object.__setattr__(self, "_exceptions", list(exceptions))
 
     @property
     def errors(self) -> pl.DataFrame:
@@ -243,7 +251,7 @@ def concat(frames: Sequence[Frames]) -> Frames:
         source = f._raw_source
         if source is not None:
             raw.extend(source if isinstance(source, list) else source.items())
-    return Frames(stacked, raw)
+    return Frames(stacked, raw, [error for f in frames for error in f._exceptions])
 
 
 def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
@@ -266,4 +274,4 @@ def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
 
 
 def _from_core(result: "dict[str, Any]") -> Frames:
-    return Frames(result, result.get("_raw"))
+    return Frames(result, result.get("_raw"), result.get("_errors") or ())

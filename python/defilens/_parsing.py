@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from typing import Optional, Sequence, Union
 
 import polars as pl
 
 from . import _core
+from ._exceptions import DefiLensWarning
 from ._frames import Frames
 
 __all__ = ["parse_token", "parse_tokens", "parse_markets"]
@@ -64,5 +66,13 @@ def parse_tokens(
 
 def parse_markets(body: Body, token_id: str, fetched_at: When = None) -> pl.DataFrame:
     """Parses a markets response body into the markets frame for ``token_id``."""
-    frame, _total = _core.parse_markets(body, token_id, _fetched_at_ms(fetched_at))
+    frame, _total, drift = _core.parse_markets(body, token_id, _fetched_at_ms(fetched_at))
+    if drift.height:
+        fields = ", ".join(drift.get_column("field").head(5).to_list())
+        warnings.warn(
+            f"{drift.height} value(s) of the markets body did not fit their columns and are null ({fields}); "
+            "Client.fetch keeps such rows in frames.drift",
+            DefiLensWarning,
+            stacklevel=2,
+        )
     return frame

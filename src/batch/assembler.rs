@@ -50,6 +50,7 @@ impl Assembler {
             elapsed_ms: exchange.elapsed_ms,
             total: None,
             fetched_at: Some(exchange.fetched_at),
+            cached: exchange.cached,
         };
         let body = match exchange.result {
             Ok(body) => body,
@@ -87,9 +88,12 @@ impl Assembler {
 
     pub fn finish(mut self) -> FetchOutcome {
         self.raw.shrink_to_fit();
+        let mut listing = self.listing.finish();
+        let markets = self.markets.finish();
+        listing.drift.vstack_mut_owned(markets.drift).expect("frames of one schema");
         FetchOutcome {
-            listing: self.listing.finish(),
-            markets: self.markets.finish(),
+            listing,
+            markets: markets.markets,
             log: log_frame(&self.records),
             errors: self.errors,
             raw: self.raw,

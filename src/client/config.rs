@@ -1,6 +1,7 @@
 //! The client's settings: their defaults and the rules they must follow, each written once.
 //! The Python layer reads the defaults from here (`_core.DEFAULTS`) and passes what the user
-//! gave; `ClientConfig::new` checks every value before any request is made.
+//! gave; `ClientConfig::new` checks every value before any request is made, so no setting can
+//! become a `Duration` or a size it does not fit.
 
 use std::fmt;
 use std::time::Duration;
@@ -18,6 +19,18 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 /// (first, maximum) retry delay in seconds.
 pub const DEFAULT_BACKOFF_SECS: (f64, f64) = (0.5, 8.0);
+pub const DEFAULT_CACHE_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// The largest value each duration accepts, in seconds: beyond these a setting is a mistake
+/// (and soon would not fit a `Duration`).
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+pub const MAX_BACKOFF_SECS: f64 = 3_600.0;
+pub const MAX_CACHE_TTL_SECS: f64 = 30.0 * 86_400.0;
+/// Requests per second: one a day at least, a million at most.
+pub const RATE_LIMIT_RANGE: (f64, f64) = (1.0 / 86_400.0, 1e6);
+pub const MAX_RETRIES: i64 = 100;
+pub const MAX_CONCURRENCY: i64 = 10_000;
+pub const MAX_BYTES: i64 = 1 << 40;
 
 /// The settings as the user gave them: numbers not yet checked. `None` means the default.
 #[derive(Clone, Default)]
@@ -29,6 +42,7 @@ pub struct Settings {
     pub concurrency: Option<i64>,
     pub rate_limit: Option<f64>,
     pub cache_ttl: Option<f64>,
+    pub cache_max_bytes: Option<i64>,
     pub proxy: Option<String>,
     pub max_response_bytes: Option<i64>,
     pub backoff: Option<(f64, f64)>,
@@ -46,6 +60,7 @@ pub struct ClientConfig {
     /// Requests per second across the client.
     pub rate_limit: Option<f64>,
     pub cache_ttl: Option<Duration>,
+    pub cache_max_bytes: usize,
     pub proxy: Option<String>,
     pub max_response_bytes: usize,
 }
@@ -60,33 +75,37 @@ fn invalid(message: String) -> Error {
     Error::InvalidArgument(message)
 }
 
-/// A positive, finite number of seconds.
-fn seconds(name: &str, value: f64) -> Result<Duration, Error> {
-    if value.is_finite() && value > 0.0 {
+/// A number of seconds above 0 and at most `max`.
+pub fn seconds(name: &str, value: f64, max: f64) -> Result<Duration, Error> {
+    if value.is_finite() && value > 0.0 && value <= max {
         Ok(Duration::from_secs_f64(value))
     } else {
-        Err(invalid(format!("{name} must be a positive number of seconds, got {value}")))
+        Err(invalid(format!("{name} must be a number of seconds above 0 and at most {max}, got {value}")))
     }
 }
 
-/// An integer of at least `min`.
-fn at_least(name: &str, value: i64, min: i64) -> Result<i64, Error> {
-    if value >= min {
+/// An integer from `min` to `max`.
+pub fn int_in(name: &str, value: i64, min: i64, max: i64) -> Result<i64, Error> {
+    if (min..=max).contains(&value) {
         Ok(value)
-    } else if min == 0 {
-        Err(invalid(format!("{name} must be a non-negative int, got {value}")))
     } else {
-        Err(invalid(format!("{name} must be an int of at least {min}, got {value}")))
+        Err(invalid(format!("{name} must be an int from {min} to {max}, got {value}")))
     }
 }
 
-/// An http(s) URL without query or fragment, without its trailing slash.
-fn base_url(text: &str) -> Result<String, Error> {
+/// An http(s) URL with a host, without query or fragment, without its trailing slash. A path
+/// (`https://gateway.example/defilens`) is kept: requests go to `<base_url>/listings/...`.
+/// (The Python layer checks the base URL alone first, before it looks for an API key.)
+pub fn check_base_url(text: &str) -> Result<String, Error> {
     let base_url = text.trim().trim_end_matches('/').to_string();
-    let parsed = reqwest::Url::parse(&base_url)
-        .map_err(|e| invalid(format!("base_url {base_url:?} is not a valid URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(invalid(format!("base_url must start with http:// or https://, got {base_url:?}")));
+    let refused = || {
+        invalid(format!(
+            "base_url must be an http:// or https:// URL with a host, such as {DEFAULT_BASE_URL}, got {base_url:?}"
+        ))
+    };
+    let parsed = reqwest::Url::parse(&base_url).map_err(|_| refused())?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
+        return Err(refused());
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(invalid(format!("base_url must not have a query or fragment, got {base_url:?}")));
@@ -94,30 +113,49 @@ fn base_url(text: &str) -> Result<String, Error> {
     Ok(base_url)
 }
 
+/// A proxy URL: http or https, with a host.
+fn proxy_url(text: &str) -> Result<String, Error> {
+    let refused = || {
+        invalid(format!("proxy must be an http:// or https:// URL with a host, got {:?}", redact_url_credentials(text)))
+    };
+    let parsed = reqwest::Url::parse(text.trim()).map_err(|_| refused())?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
+        return Err(refused());
+    }
+    Ok(text.trim().to_string())
+}
+
 impl ClientConfig {
     /// Fills in the defaults and checks every setting; a bad one is `Error::InvalidArgument`
-    /// naming it.
+    /// naming it and its accepted range.
     pub fn new(settings: Settings) -> Result<Self, Error> {
-        let base_url = base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
-        let timeout = seconds("timeout", settings.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
-        let max_retries = at_least("max_retries", settings.max_retries.unwrap_or(DEFAULT_MAX_RETRIES.into()), 0)?;
-        let max_retries = u32::try_from(max_retries).unwrap_or(u32::MAX);
-        let concurrency = at_least("concurrency", settings.concurrency.unwrap_or(DEFAULT_CONCURRENCY as i64), 1)?;
-        let concurrency = usize::try_from(concurrency).unwrap_or(usize::MAX);
+        let base_url = check_base_url(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL))?;
+        let timeout = seconds("timeout", settings.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS), MAX_TIMEOUT_SECS)?;
+        let max_retries =
+            int_in("max_retries", settings.max_retries.unwrap_or(DEFAULT_MAX_RETRIES.into()), 0, MAX_RETRIES)?;
+        let concurrency =
+            int_in("concurrency", settings.concurrency.unwrap_or(DEFAULT_CONCURRENCY as i64), 1, MAX_CONCURRENCY)?;
         if let Some(rate) = settings.rate_limit {
-            if !(rate > 0.0 && rate.is_finite()) {
+            let (low, high) = RATE_LIMIT_RANGE;
+            if !(rate.is_finite() && (low..=high).contains(&rate)) {
                 return Err(invalid(format!(
-                    "rate_limit must be a positive number of requests per second, got {rate}"
+                    "rate_limit must be a number of requests per second from {low:.2e} (one a day) to {high:.0}, got {rate}"
                 )));
             }
         }
-        let cache_ttl = settings.cache_ttl.map(|ttl| seconds("cache_ttl", ttl)).transpose()?;
-        let max_response_bytes = at_least(
-            "max_response_bytes",
-            settings.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES as i64),
-            1,
-        )?;
+        let cache_ttl = settings.cache_ttl.map(|ttl| seconds("cache_ttl", ttl, MAX_CACHE_TTL_SECS)).transpose()?;
+        let bytes =
+            |name, value: Option<i64>, default: usize| int_in(name, value.unwrap_or(default as i64), 1, MAX_BYTES);
+        let max_response_bytes = bytes("max_response_bytes", settings.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)?;
+        let cache_max_bytes = bytes("cache_max_bytes", settings.cache_max_bytes, DEFAULT_CACHE_MAX_BYTES)?;
         let (initial, maximum) = settings.backoff.unwrap_or(DEFAULT_BACKOFF_SECS);
+        let retry = RetryPolicy {
+            max_retries: max_retries as u32,
+            initial_delay: seconds("backoff", initial, MAX_BACKOFF_SECS)?,
+            max_delay: seconds("backoff", maximum, MAX_BACKOFF_SECS)?,
+            ..RetryPolicy::default()
+        };
+        let proxy = settings.proxy.as_deref().map(proxy_url).transpose()?;
         if let Some(key) = &settings.api_key {
             if HeaderValue::from_str(key).is_err() {
                 return Err(invalid("api_key contains characters that cannot be sent in an HTTP header".into()));
@@ -127,17 +165,13 @@ impl ClientConfig {
             base_url,
             api_key: settings.api_key,
             timeout,
-            retry: RetryPolicy {
-                max_retries,
-                initial_delay: seconds("backoff", initial)?,
-                max_delay: seconds("backoff", maximum)?,
-                ..RetryPolicy::default()
-            },
-            concurrency,
+            retry,
+            concurrency: concurrency as usize,
             rate_limit: settings.rate_limit,
             cache_ttl,
-            proxy: settings.proxy,
-            max_response_bytes: usize::try_from(max_response_bytes).unwrap_or(usize::MAX),
+            cache_max_bytes: cache_max_bytes as usize,
+            proxy,
+            max_response_bytes: max_response_bytes as usize,
         })
     }
 }
@@ -152,6 +186,7 @@ impl fmt::Debug for ClientConfig {
             .field("concurrency", &self.concurrency)
             .field("rate_limit", &self.rate_limit)
             .field("cache_ttl", &self.cache_ttl)
+            .field("cache_max_bytes", &self.cache_max_bytes)
             .field("proxy", &self.proxy.as_ref().map(|p| redact_url_credentials(p)))
             .field("max_response_bytes", &self.max_response_bytes)
             .finish()
@@ -163,22 +198,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_path_prefix_is_kept_and_good_proxies_pass() {
+        let config =
+            ClientConfig::new(Settings { base_url: Some("http://127.0.0.1:9/v1/".into()), ..Default::default() });
+        assert_eq!(config.unwrap().base_url, "http://127.0.0.1:9/v1");
+        let config =
+            ClientConfig::new(Settings { proxy: Some("http://user:pw@proxy:3128".into()), ..Default::default() });
+        assert!(config.is_ok());
+    }
+
+    #[test]
     fn defaults_and_checks() {
         let config = ClientConfig::default();
         assert_eq!(config.base_url, DEFAULT_BASE_URL);
         assert_eq!(config.timeout, Duration::from_secs(30));
         assert_eq!((config.retry.max_retries, config.concurrency), (DEFAULT_MAX_RETRIES, DEFAULT_CONCURRENCY));
-        for settings in [
+        let cases = [
             Settings { timeout: Some(0.0), ..Default::default() },
             Settings { timeout: Some(f64::NAN), ..Default::default() },
+            Settings { timeout: Some(1e300), ..Default::default() },
             Settings { max_retries: Some(-1), ..Default::default() },
+            Settings { max_retries: Some(1_000_000), ..Default::default() },
             Settings { concurrency: Some(0), ..Default::default() },
+            Settings { concurrency: Some(i64::MAX), ..Default::default() },
             Settings { rate_limit: Some(0.0), ..Default::default() },
+            Settings { rate_limit: Some(1e-300), ..Default::default() },
             Settings { cache_ttl: Some(-1.0), ..Default::default() },
+            Settings { cache_max_bytes: Some(0), ..Default::default() },
             Settings { max_response_bytes: Some(0), ..Default::default() },
+            Settings { max_response_bytes: Some(-1), ..Default::default() },
             Settings { backoff: Some((0.5, f64::INFINITY)), ..Default::default() },
+            Settings { backoff: Some((1e300, 1e300)), ..Default::default() },
             Settings { api_key: Some("a\nb".into()), ..Default::default() },
-        ] {
+            Settings { base_url: Some("127.0.0.1:9".into()), ..Default::default() },
+            Settings { base_url: Some("not a url".into()), ..Default::default() },
+            Settings { base_url: Some("http://".into()), ..Default::default() },
+            Settings { base_url: Some("file:///etc".into()), ..Default::default() },
+            Settings { base_url: Some("https://x/?q=1".into()), ..Default::default() },
+            Settings { proxy: Some("garbage".into()), ..Default::default() },
+            Settings { proxy: Some("ftp://proxy:21".into()), ..Default::default() },
+        ];
+        for settings in cases {
             assert!(matches!(ClientConfig::new(settings), Err(Error::InvalidArgument(_))));
         }
     }

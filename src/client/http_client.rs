@@ -21,6 +21,8 @@ const ERROR_BODY_EXCERPT: usize = 300;
 /// Bytes of a non-2xx body read for the error's excerpt.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most a body buffer reserves before its bytes arrive.
+const INITIAL_BODY_CAPACITY: usize = 16 << 20;
 
 fn install_crypto_provider() {
     // reqwest is built without a bundled provider; ring is ours. Installing twice is harmless.
@@ -103,7 +105,7 @@ impl HttpClient {
         Ok(Self {
             in_flight: Arc::new(Semaphore::new(config.concurrency)),
             limiter: RateLimiter::new(config.rate_limit),
-            cache: ResponseCache::new(config.cache_ttl),
+            cache: ResponseCache::new(config.cache_ttl, config.cache_max_bytes),
             base_url,
             http,
             config,
@@ -132,18 +134,19 @@ impl HttpClient {
     pub async fn get(&self, token: &str, endpoint: Endpoint, backoff: Option<&BackoffGauge>) -> Exchange {
         let started = Instant::now();
         let url = self.url_for(token, endpoint);
-        let finish = |result: Result<Bytes, Error>, status, attempts, cached| Exchange {
+        let finish = |result: Result<Bytes, Error>, status, attempts, fetched_at, cached| Exchange {
             token: token.to_string(),
             endpoint,
             result,
             status,
             attempts,
             elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
-            fetched_at: now_ms(),
+            fetched_at,
             cached,
         };
-        if let Some(body) = self.cache.get(&url) {
-            return finish(Ok(body), Some(200), 0, true);
+        if let Some(hit) = self.cache.get(&url) {
+            // The time of the response reused, not of now: cached data is not fresh data.
+            return finish(Ok(hit.body), Some(200), 0, hit.fetched_at, true);
         }
         let mut attempt = 0u32;
         loop {
@@ -157,8 +160,9 @@ impl HttpClient {
             };
             match outcome {
                 Ok((status, body)) => {
-                    self.cache.put(&url, &body);
-                    return finish(Ok(body), Some(status), attempt, false);
+                    let fetched_at = now_ms();
+                    self.cache.put(&url, &body, fetched_at);
+                    return finish(Ok(body), Some(status), attempt, fetched_at, false);
                 }
                 Err(error) => {
                     if self.config.retry.should_retry(&error, attempt) {
@@ -167,7 +171,7 @@ impl HttpClient {
                         continue;
                     }
                     let status = error.status();
-                    return finish(Err(error), status, attempt, false);
+                    return finish(Err(error), status, attempt, now_ms(), false);
                 }
             }
         }
@@ -195,6 +199,7 @@ impl HttpClient {
             .get("retry-after-ms")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
             .map(|ms| ms / 1000.0)
             .or_else(|| {
                 response
@@ -221,7 +226,10 @@ impl HttpClient {
             }
         }
         // Read chunk by chunk so the size limit holds while reading, not after.
-        let mut body = Vec::with_capacity(response.content_length().map_or(8192, |n| (n as usize).min(limit)));
+        // The declared length is the server's word: it sizes the first allocation only up to a
+        // bound, and the limit is enforced on what actually arrives.
+        let declared = response.content_length().map_or(8192, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let mut body = Vec::with_capacity(declared.min(limit).min(INITIAL_BODY_CAPACITY));
         while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
             if body.len() + chunk.len() > limit {
                 if success {

@@ -41,9 +41,10 @@ impl RetryPolicy {
     /// How long to wait after failed attempt number `attempt` (1-based).
     pub fn delay(&self, error: &Error, attempt: u32) -> Duration {
         if let Error::Api { retry_after: Some(seconds), .. } = error {
-            let wait = Duration::from_secs_f64(seconds.max(0.0));
-            if wait <= self.max_retry_after {
-                return wait;
+            // Compared as a number first: a server's value may be too large (or not finite)
+            // to become a Duration at all.
+            if seconds.is_finite() && *seconds >= 0.0 && *seconds <= self.max_retry_after.as_secs_f64() {
+                return Duration::from_secs_f64(*seconds);
             }
         }
         self.backoff(attempt, jitter())
@@ -108,6 +109,9 @@ mod tests {
         let policy = RetryPolicy::default();
         assert_eq!(policy.delay(&api(429, Some(2.0)), 1), Duration::from_secs(2));
         assert!(policy.delay(&api(429, Some(3600.0)), 1) <= Duration::from_millis(500));
+        for hostile in [1e20, f64::INFINITY, f64::NAN, -5.0, f64::MAX] {
+            assert!(policy.delay(&api(429, Some(hostile)), 1) <= Duration::from_millis(500), "{hostile}");
+        }
     }
 
     #[test]
@@ -128,6 +132,10 @@ mod tests {
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now), Some(10.0));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), Some(0.0));
         assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("99999999999999999999", now), Some(1e20));
+        assert_eq!(parse_retry_after("inf", now), None);
+        assert_eq!(parse_retry_after("NaN", now), None);
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now).map(|s| s > 1e11), Some(true));
         let j = jitter();
         assert!((0.0..1.0).contains(&j));
     }

@@ -13,9 +13,18 @@ pub fn redact_url_credentials(url: &str) -> String {
     }
 }
 
+/// The longest token id sent; the service's ids are slugs of a few dozen characters.
+pub const MAX_TOKEN_ID_CHARS: usize = 256;
+
 /// Checks a token id before any request: it must be a non-blank string that can be sent as
 /// exactly one path segment.
 pub fn validate_token_id(id: &str) -> Result<(), Error> {
+    if id.chars().count() > MAX_TOKEN_ID_CHARS {
+        return Err(Error::InvalidArgument(format!(
+            "token ids must be at most {MAX_TOKEN_ID_CHARS} characters, got one of {}",
+            id.chars().count()
+        )));
+    }
     if id.trim().is_empty() {
         return Err(Error::InvalidArgument(format!("token ids must be non-empty strings, got {id:?}")));
     }
@@ -70,6 +79,8 @@ mod tests {
         assert!(validate_token_id("  \t").is_err());
         assert!(validate_token_id("..").is_err());
         assert!(validate_token_id("...").is_ok());
+        assert!(validate_token_id(&"é".repeat(256)).is_ok());
+        assert!(validate_token_id(&"x".repeat(100_000)).is_err());
     }
 
     #[test]

@@ -9,9 +9,11 @@ use super::columns::{
     f64_builder, finish_list, finish_millis, finish_primitive, frame, i64_builder, list_builder, push_list,
     str_builder, ColumnBuilder, IntervalColumn,
 };
+use super::drift::{DriftColumns, DriftRow};
 use super::ListingFrames;
 use crate::model::fields::{COMMUNITY_KEYS, SNAPSHOT_FIELDS};
 use crate::model::value::Typed;
+use crate::model::Endpoint;
 use crate::model::Interval;
 
 /// An indicator or pattern family name: one of the catalogue's, or one the service added.
@@ -26,6 +28,7 @@ pub struct ListingRows<'de> {
     pub patterns: Vec<(Interval, Name, Option<Cow<'de, str>>)>,
     pub ta_updated: Vec<(Interval, Option<i64>)>,
     pub info: InfoRow<'de>,
+    pub drift: Vec<DriftRow>,
 }
 
 impl Default for ListingRows<'_> {
@@ -37,6 +40,7 @@ impl Default for ListingRows<'_> {
             patterns: Vec::new(),
             ta_updated: Vec::new(),
             info: InfoRow::default(),
+            drift: Vec::new(),
         }
     }
 }
@@ -75,6 +79,7 @@ pub struct ListingColumns {
     info_community: Vec<StringChunkedBuilder>,
     info_chains: ListStringChunkedBuilder,
     info_categories: ListStringChunkedBuilder,
+    drift: DriftColumns,
 }
 
 /// The token, interval and name columns of a long frame; its value column is kept beside.
@@ -133,6 +138,7 @@ impl ListingColumns {
             info_community: COMMUNITY_KEYS.iter().map(|k| str_builder(k, tokens)).collect(),
             info_chains: list_builder("chains", tokens),
             info_categories: list_builder("categories", tokens),
+            drift: DriftColumns::new(0),
         }
     }
 
@@ -160,6 +166,7 @@ impl ListingColumns {
             self.ta_interval.push(interval);
             self.ta_updated_at.append_option(millis);
         }
+        self.drift.append(token, Endpoint::Listing, fetched_at, &rows.drift);
         let info = rows.info;
         self.info_token.append_value(token);
         match &info.description {
@@ -208,6 +215,7 @@ impl ListingColumns {
                 finish_millis(self.ta_updated_at),
             ]),
             info: frame(info),
+            drift: self.drift.finish(),
         }
     }
 }

@@ -17,6 +17,8 @@ pub struct LogRecord {
     pub elapsed_ms: f64,
     pub total: Option<i64>,
     pub fetched_at: Option<i64>,
+    /// Served from the client's cache; `fetched_at` is then the time of the reused response.
+    pub cached: bool,
 }
 
 pub fn log_frame(records: &[LogRecord]) -> DataFrame {
@@ -42,6 +44,7 @@ pub fn log_frame(records: &[LogRecord]) -> DataFrame {
         f64_column("elapsed_ms", records.iter().map(|r| Some(r.elapsed_ms)).collect()),
         i64_column("total", records.iter().map(|r| r.total).collect()),
         millis_column("fetched_at", records.iter().map(|r| r.fetched_at).collect()),
+        bool_column("cached", records.iter().map(|r| r.cached).collect()),
     ])
 }
 
@@ -53,7 +56,7 @@ mod tests {
     fn empty_log_has_its_schema() {
         let log = log_frame(&[]);
         assert_eq!(log.height(), 0);
-        assert_eq!(log.width(), 10);
+        assert_eq!(log.width(), 11);
         assert_eq!(
             log.column("fetched_at").unwrap().dtype(),
             &DataType::Datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC))

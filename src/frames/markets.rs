@@ -3,8 +3,11 @@
 use polars::prelude::*;
 
 use super::columns::{finish_millis, frame, i64_builder, str_builder, ColumnBuilder};
+use super::drift::{DriftColumns, DriftRow};
+use super::MarketsFrames;
 use crate::model::fields::{split_market_pair, MARKET_FIELDS, MARKET_PAIR_INDEX};
 use crate::model::value::Typed;
+use crate::model::Endpoint;
 
 /// One market entry: a value per `MARKET_FIELDS` entry, in its order.
 pub type MarketRow<'de> = Vec<Typed<'de>>;
@@ -16,6 +19,7 @@ pub struct MarketsColumns {
     base: StringChunkedBuilder,
     quote: StringChunkedBuilder,
     fetched_at: PrimitiveChunkedBuilder<Int64Type>,
+    drift: DriftColumns,
 }
 
 impl MarketsColumns {
@@ -27,6 +31,7 @@ impl MarketsColumns {
             base: str_builder("base", entries),
             quote: str_builder("quote", entries),
             fetched_at: i64_builder("fetched_at", entries),
+            drift: DriftColumns::new(0),
         }
     }
 
@@ -55,9 +60,14 @@ impl MarketsColumns {
         self.fetched_at.append_option(fetched_at);
     }
 
-    /// The frame: `token`, the fields up to the market pair, `base`, `quote`, the other
-    /// fields, `fetched_at`.
-    pub fn finish(self) -> DataFrame {
+    /// Values of one body that did not fit their columns.
+    pub fn append_drift(&mut self, token: &str, fetched_at: Option<i64>, rows: &[DriftRow]) {
+        self.drift.append(token, Endpoint::Markets, fetched_at, rows);
+    }
+
+    /// The markets frame (`token`, the fields up to the market pair, `base`, `quote`, the
+    /// other fields, `fetched_at`) and the drift rows.
+    pub fn finish(self) -> MarketsFrames {
         let mut columns = vec![self.token.finish().into_column()];
         let mut fields = self.fields.into_iter().map(ColumnBuilder::finish);
         columns.extend(fields.by_ref().take(MARKET_PAIR_INDEX + 1));
@@ -65,7 +75,7 @@ impl MarketsColumns {
         columns.push(self.quote.finish().into_column());
         columns.extend(fields);
         columns.push(finish_millis(self.fetched_at));
-        frame(columns)
+        MarketsFrames { markets: frame(columns), drift: self.drift.finish() }
     }
 }
 
@@ -75,7 +85,7 @@ mod tests {
 
     #[test]
     fn markets_columns_follow_the_contract() {
-        let frame = MarketsColumns::new(0).finish();
+        let frame = MarketsColumns::new(0).finish().markets;
         let names: Vec<_> = frame.get_column_names().iter().map(|s| s.to_string()).collect();
         let expected = [
             "token",

@@ -2,19 +2,21 @@
 //! which columns a frame has and in which order; the parsers hand it one body's rows at a time.
 
 pub mod columns;
+pub mod drift;
 pub mod listing;
 pub mod log;
 pub mod markets;
 
 use polars::prelude::DataFrame;
 
+pub use drift::DriftRow;
 pub use listing::{ListingColumns, ListingRows};
 pub use log::{log_frame, LogRecord};
 pub use markets::{MarketRow, MarketsColumns};
 
 /// Every frame of `Frames`, in order (`errors` is `log` filtered, so it is not built here).
-pub const FRAME_NAMES: [&str; 8] =
-    ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log"];
+pub const FRAME_NAMES: [&str; 9] =
+    ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log", "drift"];
 
 /// The frames built from listing bodies.
 pub struct ListingFrames {
@@ -24,6 +26,21 @@ pub struct ListingFrames {
     pub patterns: DataFrame,
     pub ta_updated: DataFrame,
     pub info: DataFrame,
+    /// Values of the bodies that did not fit their columns.
+    pub drift: DataFrame,
+}
+
+/// The frames built from markets bodies.
+pub struct MarketsFrames {
+    pub markets: DataFrame,
+    pub drift: DataFrame,
+}
+
+impl MarketsFrames {
+    pub fn vstack(&mut self, other: MarketsFrames) {
+        self.markets.vstack_mut_owned(other.markets).expect("frames of one schema");
+        self.drift.vstack_mut_owned(other.drift).expect("frames of one schema");
+    }
 }
 
 impl ListingFrames {
@@ -35,13 +52,14 @@ impl ListingFrames {
             (&mut self.patterns, other.patterns),
             (&mut self.ta_updated, other.ta_updated),
             (&mut self.info, other.info),
+            (&mut self.drift, other.drift),
         ] {
             mine.vstack_mut_owned(theirs).expect("frames of one schema");
         }
     }
 
     /// `(name, frame)` pairs, named as in `FRAME_NAMES`.
-    pub fn into_named(self) -> [(&'static str, DataFrame); 6] {
+    pub fn into_named(self) -> [(&'static str, DataFrame); 7] {
         [
             (FRAME_NAMES[0], self.snapshot),
             (FRAME_NAMES[1], self.indicators),
@@ -49,6 +67,7 @@ impl ListingFrames {
             (FRAME_NAMES[3], self.patterns),
             (FRAME_NAMES[4], self.ta_updated),
             (FRAME_NAMES[5], self.info),
+            (FRAME_NAMES[8], self.drift),
         ]
     }
 }
@@ -56,8 +75,9 @@ impl ListingFrames {
 /// The frames of an empty result, with their full schemas.
 pub fn empty_frames() -> Vec<(&'static str, DataFrame)> {
     let mut frames: Vec<_> = ListingColumns::new(0).finish().into_named().into_iter().collect();
-    frames.push((FRAME_NAMES[6], MarketsColumns::new(0).finish()));
+    frames.push((FRAME_NAMES[6], MarketsColumns::new(0).finish().markets));
     frames.push((FRAME_NAMES[7], log_frame(&[])));
+    frames.sort_by_key(|(name, _)| FRAME_NAMES.iter().position(|n| n == name));
     frames
 }
 

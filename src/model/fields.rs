@@ -222,6 +222,24 @@ pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
     }
 }
 
+/// The suffix of a key of a known family (or `ta_<i>_updated_at`) whose interval is not one of
+/// `INTERVALS` (`rsi14_1m`, `ta_2h_updated_at`): such a value has no row to go to.
+pub fn unknown_interval(key: &str) -> Option<&str> {
+    let looks_like_interval = |s: &str| {
+        s.len() >= 2
+            && s[..s.len() - 1].bytes().all(|b| b.is_ascii_digit())
+            && s.ends_with(['m', 'h', 'd', 'w', 'M', 'y'])
+    };
+    if let Some(interval) = key.strip_prefix("ta_").and_then(|rest| rest.strip_suffix("_updated_at")) {
+        return (looks_like_interval(interval) && Interval::from_suffix(interval).is_none()).then_some(interval);
+    }
+    let (prefix, suffix) = key.rsplit_once('_')?;
+    let known = NUMERIC_FAMILIES.contains(&prefix)
+        || TEXT_FAMILIES.contains(&prefix)
+        || PATTERN_FAMILIES.iter().any(|(wire, _)| *wire == prefix);
+    (known && looks_like_interval(suffix) && Interval::from_suffix(suffix).is_none()).then_some(suffix)
+}
+
 /// Name in the patterns frame for an unknown family carrying a string array: the `_pattern`
 /// tail is dropped, as it is for the known pattern families.
 pub fn unknown_pattern_family(name: &str) -> &str {
@@ -307,6 +325,17 @@ mod tests {
         assert_eq!(parse_suffixed_key("ta_2h_updated_at"), None);
         assert_eq!(unknown_pattern_family("flag_pattern"), "flag");
         assert_eq!(unknown_pattern_family("_pattern"), "_pattern");
+    }
+
+    #[test]
+    fn known_families_on_unknown_intervals() {
+        assert_eq!(unknown_interval("rsi14_1m"), Some("1m"));
+        assert_eq!(unknown_interval("tripple_pattern_3d"), Some("3d"));
+        assert_eq!(unknown_interval("ta_2h_updated_at"), Some("2h"));
+        assert_eq!(unknown_interval("rsi14_1h"), None);
+        assert_eq!(unknown_interval("price_percent_change_30d"), None);
+        assert_eq!(unknown_interval("ema50_2h"), None);
+        assert_eq!(unknown_interval("rsi14_latest"), None);
     }
 
     #[test]

@@ -27,17 +27,6 @@ pub enum Value<'de> {
 }
 
 impl Value<'_> {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::Null => "null",
-            Value::Bool(_) => "a boolean",
-            Value::Int(_) | Value::UInt(_) | Value::Float(_) => "a number",
-            Value::Str(_) => "a string",
-            Value::StrList(_) => "an array of strings",
-            Value::Other(name) => name,
-        }
-    }
-
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             Value::Int(v) => Some(v as f64),
@@ -201,23 +190,58 @@ impl<'de> Deserialize<'de> for Value<'de> {
     }
 }
 
+/// A value that does not fit its column: what the column holds, and a short excerpt of what
+/// came instead. Becomes a `drift` row; the cell stays null.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    pub expected: &'static str,
+    pub found: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {}, found {}", self.expected, self.found)
+    }
+}
+
+impl Value<'_> {
+    /// A short excerpt of the value, for `Mismatch::found`.
+    pub fn excerpt(&self) -> String {
+        match self {
+            Value::Null => "null".into(),
+            Value::Bool(v) => v.to_string(),
+            Value::Int(v) => v.to_string(),
+            Value::UInt(v) => v.to_string(),
+            Value::Float(v) => v.to_string(),
+            Value::Str(s) => excerpt(s),
+            Value::StrList(items) => {
+                let first = items.first().map_or("".into(), |item| item.as_deref().map_or("null".into(), excerpt));
+                let more = if items.len() > 1 { ", …" } else { "" };
+                format!("[{first}{more}]")
+            }
+            Value::Other(name) => (*name).into(),
+        }
+    }
+}
+
 /// Reads a number from text, as the service sends `current_price`. `Ok(None)` for blank text.
-pub fn parse_number_text(text: &str) -> Result<Option<f64>, String> {
+pub fn parse_number_text(text: &str) -> Result<Option<f64>, Mismatch> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Ok(None);
     }
-    trimmed.parse::<f64>().map(Some).map_err(|_| format!("expected a number, found the text {}", excerpt(text)))
+    trimmed.parse::<f64>().map(Some).map_err(|_| Mismatch { expected: "a number", found: excerpt(text) })
 }
 
 /// Converts a value to a column type, tolerant where the service is loose (numbers in strings,
-/// blank strings for missing values) and strict elsewhere: a value that cannot be read as the
-/// column's type is an error, never a silently wrong number.
-pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String> {
+/// blank strings for missing values, `933.0` for an integer) and strict elsewhere: a value that
+/// cannot be read as the column's type is a `Mismatch`, never a silently wrong number.
+pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, Mismatch> {
     if let Value::Null = value {
         return Ok(Typed::Null);
     }
-    let mismatch = |value: &Value| format!("expected {}, found {}", target_name(target), value.type_name());
+    let expected = target_name(target);
+    let mismatch = |value: &Value| Mismatch { expected, found: value.excerpt() };
     match target {
         ScalarType::Str => match value {
             Value::Str(s) => Ok(Typed::Str(s)),
@@ -233,8 +257,10 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
         },
         ScalarType::I64 => match value {
             Value::Int(v) => Ok(Typed::I64(v)),
-            Value::UInt(v) => i64::try_from(v).map(Typed::I64).map_err(|_| format!("integer {v} is out of range")),
-            Value::Float(v) => float_to_i64(v).map(Typed::I64),
+            Value::UInt(v) => i64::try_from(v).map(Typed::I64).map_err(|_| Mismatch { expected, found: v.to_string() }),
+            Value::Float(v) => {
+                float_to_i64(v).map(Typed::I64).ok_or_else(|| Mismatch { expected, found: v.to_string() })
+            }
             Value::Str(s) => {
                 let trimmed = s.trim();
                 if trimmed.is_empty() {
@@ -245,8 +271,9 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
                 }
                 match parse_number_text(trimmed) {
                     Ok(Some(v)) => float_to_i64(v).map(Typed::I64),
-                    _ => Err(format!("expected an integer, found the text {}", excerpt(&s))),
+                    _ => None,
                 }
+                .ok_or_else(|| Mismatch { expected, found: excerpt(&s) })
             }
             other => Err(mismatch(&other)),
         },
@@ -258,7 +285,7 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
                 "true" => Ok(Typed::Bool(true)),
                 "false" => Ok(Typed::Bool(false)),
                 "" => Ok(Typed::Null),
-                _ => Err(format!("expected a boolean, found the text {}", excerpt(&s))),
+                _ => Err(Mismatch { expected, found: excerpt(&s) }),
             },
             other => Err(mismatch(&other)),
         },
@@ -266,7 +293,7 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
             Value::Str(s) if s.trim().is_empty() => Ok(Typed::Null),
             Value::Str(s) => parse_timestamp_ms(&s)
                 .map(Typed::Millis)
-                .map_err(|why| format!("expected a timestamp, found {} ({why})", excerpt(&s))),
+                .map_err(|why| Mismatch { expected, found: format!("{} ({why})", excerpt(&s)) }),
             other => Err(mismatch(&other)),
         },
         ScalarType::ListStr => match value {
@@ -276,17 +303,15 @@ pub fn convert(value: Value<'_>, target: ScalarType) -> Result<Typed<'_>, String
     }
 }
 
-fn float_to_i64(v: f64) -> Result<i64, String> {
+/// An integral float within i64 (`933.0` -> 933); `None` for `933.5`, infinities and beyond.
+fn float_to_i64(v: f64) -> Option<i64> {
     // i64::MAX as f64 rounds up to 2^63, so the upper bound is exclusive.
     const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
-    if v.is_finite() && v.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&v) {
-        Ok(v as i64)
-    } else {
-        Err(format!("expected an integer, found {v}"))
-    }
+    (v.is_finite() && v.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&v)).then_some(v as i64)
 }
 
-fn target_name(target: ScalarType) -> &'static str {
+/// What a column holds, for `Mismatch::expected`.
+pub fn target_name(target: ScalarType) -> &'static str {
     match target {
         ScalarType::Str => "a string",
         ScalarType::F64 => "a number",
@@ -297,7 +322,7 @@ fn target_name(target: ScalarType) -> &'static str {
     }
 }
 
-/// Quotes at most 40 characters of untrusted text for an error message.
+/// Quotes at most 40 characters of untrusted text.
 pub fn excerpt(text: &str) -> String {
     let mut out: String = text.chars().take(40).collect();
     if out.len() < text.len() {
@@ -330,7 +355,10 @@ mod tests {
     fn numbers_in_strings_and_blanks() {
         assert_eq!(convert(value(r#""65000.12""#), ScalarType::F64), Ok(Typed::F64(65000.12)));
         assert_eq!(convert(value(r#"" ""#), ScalarType::F64), Ok(Typed::Null));
-        assert!(convert(value(r#""n/a""#), ScalarType::F64).unwrap_err().contains("\"n/a\""));
+        assert_eq!(
+            convert(value(r#""n/a""#), ScalarType::F64),
+            Err(Mismatch { expected: "a number", found: "\"n/a\"".into() })
+        );
         assert_eq!(convert(value("7"), ScalarType::F64), Ok(Typed::F64(7.0)));
         assert!(convert(value("true"), ScalarType::F64).is_err());
         assert!(convert(value("[]"), ScalarType::F64).is_err());
@@ -341,7 +369,12 @@ mod tests {
         assert_eq!(convert(value("12"), ScalarType::I64), Ok(Typed::I64(12)));
         assert_eq!(convert(value("12.0"), ScalarType::I64), Ok(Typed::I64(12)));
         assert_eq!(convert(value(r#""12""#), ScalarType::I64), Ok(Typed::I64(12)));
-        assert!(convert(value("12.5"), ScalarType::I64).is_err());
+        assert_eq!(convert(value("933.0"), ScalarType::I64), Ok(Typed::I64(933)));
+        assert_eq!(convert(value(r#""1.5""#), ScalarType::F64), Ok(Typed::F64(1.5)));
+        assert_eq!(
+            convert(value("12.5"), ScalarType::I64),
+            Err(Mismatch { expected: "an integer", found: "12.5".into() })
+        );
         assert!(convert(value("1e300"), ScalarType::I64).is_err());
         assert!(convert(value("18446744073709551615"), ScalarType::I64).is_err());
     }
@@ -353,7 +386,11 @@ mod tests {
         assert_eq!(convert(value(r#""""#), ScalarType::Datetime), Ok(Typed::Null));
         assert_eq!(convert(value(r#""1970-01-01T00:00:01.500Z""#), ScalarType::Datetime), Ok(Typed::Millis(1500)));
         assert!(convert(value(r#""soon""#), ScalarType::Datetime).is_err());
-        assert!(convert(value(r#""x""#), ScalarType::ListStr).is_err());
+        assert_eq!(
+            convert(value(r#""Layer 1""#), ScalarType::ListStr),
+            Err(Mismatch { expected: "an array of strings", found: "\"Layer 1\"".into() })
+        );
+        assert_eq!(convert(value(r#"["a", "b"]"#), ScalarType::Str).unwrap_err().found, "[\"a\", …]");
         assert_eq!(convert(value("123"), ScalarType::Str), Ok(Typed::Str("123".into())));
     }
 }

@@ -1,11 +1,9 @@
 //! Many bodies at once: contiguous chunks parsed on scoped threads, merged in order.
 
-use polars::prelude::DataFrame;
-
 use super::listing::{ListingBody, ListingBuilder};
 use super::markets::{MarketsBody, MarketsBuilder, MarketsSummary};
 use crate::error::Error;
-use crate::frames::ListingFrames;
+use crate::frames::{ListingFrames, MarketsFrames};
 
 /// How many threads a batch of `n` bodies is worth: one per core, but never fewer than a few
 /// hundred bodies per thread, where spawning would cost more than it saves.
@@ -62,7 +60,7 @@ pub fn parse_listings(bodies: &[ListingBody<'_>]) -> (ListingFrames, Vec<Result<
 }
 
 /// Parses many markets bodies into one markets frame, in order.
-pub fn parse_markets(bodies: &[MarketsBody<'_>]) -> (DataFrame, Vec<Result<MarketsSummary, Error>>) {
+pub fn parse_markets(bodies: &[MarketsBody<'_>]) -> (MarketsFrames, Vec<Result<MarketsSummary, Error>>) {
     parse_in_parallel(
         bodies,
         |chunk| {
@@ -71,7 +69,7 @@ pub fn parse_markets(bodies: &[MarketsBody<'_>]) -> (DataFrame, Vec<Result<Marke
             (builder.finish(), results)
         },
         |(frame, results), (more_frame, more_results)| {
-            frame.vstack_mut_owned(more_frame).expect("frames of one schema");
+            frame.vstack(more_frame);
             results.extend(more_results);
         },
     )

@@ -21,10 +21,70 @@ macro_rules! seed_from_visitor {
 }
 pub(crate) use seed_from_visitor;
 
+/// Visitor methods for every JSON type but objects, arrays of them and null, for a visitor
+/// that expects an object: each calls `self.unexpected(found)`, so a value of the wrong type
+/// becomes a drift row instead of failing the body.
+macro_rules! drift_on_non_objects {
+    () => {
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+            self.unexpected(v.to_string());
+            Ok(())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+            self.unexpected(v.to_string());
+            Ok(())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+            self.unexpected(v.to_string());
+            Ok(())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+            self.unexpected(v.to_string());
+            Ok(())
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+            self.unexpected($crate::model::value::excerpt(v));
+            Ok(())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            self.unexpected("an array".into());
+            Ok(())
+        }
+    };
+}
+pub(crate) use drift_on_non_objects;
+
+/// JSON text without the whitespace between tokens; strings, and the order of keys, as they
+/// are.
+pub fn compact_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\n' | '\r' | '\t') {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The field being read, for error messages: (section, key); section `""` for the top level.
 pub type FieldPath<'de> = Option<(&'static str, Cow<'de, str>)>;
 
-fn field_label(field: &FieldPath<'_>) -> Option<String> {
+pub fn field_label(field: &FieldPath<'_>) -> Option<String> {
     field.as_ref().map(|(section, key)| if section.is_empty() { key.to_string() } else { format!("{section}.{key}") })
 }
 
@@ -86,4 +146,15 @@ fn describe_json_error(err: &serde_json::Error, body: &[u8]) -> (String, Option<
         (line_start + err.column().saturating_sub(1)).min(body.len())
     });
     (message, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_json_keeps_strings_and_key_order() {
+        let text = r#"{ "z": 1, "a": [ "x y", "q\\\" z" ], "b" : {} }"#;
+        assert_eq!(compact_json(text), r#"{"z":1,"a":["x y","q\\\" z"],"b":{}}"#);
+    }
 }

@@ -9,17 +9,20 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
-use super::document::{parse_document, seed_from_visitor, DecodeContext, FieldPath};
+use super::document::{
+    compact_json, drift_on_non_objects, field_label, parse_document, seed_from_visitor, DecodeContext, FieldPath,
+};
 use crate::error::{Endpoint, Error};
 use crate::frames::listing::Name;
-use crate::frames::{ListingColumns, ListingFrames, ListingRows};
+use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::fields::{
-    parse_suffixed_key, snapshot_field_index, unknown_pattern_family, FamilyKind, ScalarType, SuffixedKey,
-    COMMUNITY_KEYS, SNAPSHOT_FIELDS,
+    parse_suffixed_key, snapshot_field_index, unknown_interval, unknown_pattern_family, FamilyKind, ScalarType,
+    SuffixedKey, COMMUNITY_KEYS, SNAPSHOT_FIELDS,
 };
-use crate::model::value::{convert, parse_number_text, BorrowedStr, Typed, Value};
+use crate::model::value::{convert, excerpt, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
 use crate::model::Interval;
 
 /// One listing response body and what is known about it.
@@ -37,6 +40,14 @@ struct PendingListing<'de> {
     saw_data: bool,
     rows: ListingRows<'de>,
     field: FieldPath<'de>,
+}
+
+impl PendingListing<'_> {
+    /// The value of the field being read did not fit: its cell stays null, a drift row says why.
+    fn drifted(&mut self, mismatch: Mismatch) {
+        let field = field_label(&self.field).unwrap_or_default();
+        self.rows.drift.push(DriftRow { field, mismatch });
+    }
 }
 
 struct ListingDocument<'a, 'de>(&'a mut PendingListing<'de>);
@@ -86,12 +97,22 @@ impl<'de> Visitor<'de> for ListingData<'_, 'de> {
             if let Some(index) = snapshot_field_index(&key) {
                 pending.field = Some(("data", key));
                 let value: Value<'de> = map.next_value()?;
-                pending.rows.scalars[index] = convert(value, SNAPSHOT_FIELDS[index].1).map_err(de::Error::custom)?;
+                match convert(value, SNAPSHOT_FIELDS[index].1) {
+                    Ok(typed) => pending.rows.scalars[index] = typed,
+                    Err(mismatch) => pending.drifted(mismatch),
+                }
             } else if let Some(suffixed) = parse_suffixed_key(&key) {
                 let suffixed = own_suffixed(suffixed);
                 pending.field = Some(("data", key));
                 let value: Value<'de> = map.next_value()?;
-                route_suffixed(&mut pending.rows, suffixed, value).map_err(de::Error::custom)?;
+                if let Err(mismatch) = route_suffixed(&mut pending.rows, suffixed, value) {
+                    pending.drifted(mismatch);
+                }
+            } else if let Some(interval) = unknown_interval(&key) {
+                let found = format!("the interval {interval:?}");
+                pending.field = Some(("data", key));
+                map.next_value::<IgnoredAny>()?;
+                pending.drifted(Mismatch { expected: INTERVAL_NAMES, found });
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -101,6 +122,9 @@ impl<'de> Visitor<'de> for ListingData<'_, 'de> {
         Ok(())
     }
 }
+
+/// What an interval suffix must be, for drift rows.
+const INTERVAL_NAMES: &str = "an interval of 5m, 15m, 1h, 4h, 24h or 1w";
 
 /// A suffixed key detached from the key's lifetime, so the key can move into `field`.
 enum OwnedSuffixed {
@@ -122,20 +146,26 @@ fn own_suffixed(key: SuffixedKey<'_>) -> OwnedSuffixed {
 
 /// The JSON-type rule of the contract: numbers -> indicators, strings -> signals, string
 /// arrays -> patterns. Known families are read tolerantly (a number in a string is still an
-/// indicator) and strictly (a boolean or object where a known family belongs is an error);
-/// values of unknown families that fit no frame are left to `Frames.raw`.
-fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: Value<'de>) -> Result<(), String> {
+/// indicator) and strictly (a boolean or object where a known family belongs does not fit, and
+/// becomes a drift row); values of unknown families that fit no frame are left to `Frames.raw`.
+fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: Value<'de>) -> Result<(), Mismatch> {
     let (name, kind, interval) = match key {
         OwnedSuffixed::TaUpdated(interval) => {
-            let millis = match convert(value, ScalarType::Datetime)? {
-                Typed::Millis(ms) => Some(ms),
-                _ => None,
+            let millis = match convert(value, ScalarType::Datetime) {
+                Ok(Typed::Millis(ms)) => Some(ms),
+                Ok(_) => None,
+                Err(mismatch) => {
+                    // The row says the interval was updated at an unknown time.
+                    rows.ta_updated.push((interval, None));
+                    return Err(mismatch);
+                }
             };
             rows.ta_updated.push((interval, millis));
             return Ok(());
         }
         OwnedSuffixed::Family { name, kind, interval } => (name, kind, interval),
     };
+    let mismatch = |expected: &'static str, value: &Value| Mismatch { expected, found: value.excerpt() };
     match value {
         Value::Null => match kind {
             Some(FamilyKind::Text) => rows.signals.push((interval, name, None)),
@@ -144,7 +174,7 @@ fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: V
         },
         Value::Int(_) | Value::UInt(_) | Value::Float(_) => {
             if kind == Some(FamilyKind::Patterns) {
-                return Err(format!("expected an array of pattern names, found {}", value.type_name()));
+                return Err(mismatch("an array of pattern names", &value));
             }
             rows.indicators.push((interval, name, value.as_f64()));
         }
@@ -161,11 +191,10 @@ fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: V
             Some(FamilyKind::Text) | None => rows.signals.push((interval, name, Some(text))),
         },
         Value::StrList(items) => {
-            if matches!(kind, Some(FamilyKind::Numeric | FamilyKind::Text)) {
-                return Err(format!(
-                    "expected a {}, found an array",
-                    if kind == Some(FamilyKind::Numeric) { "number" } else { "string" }
-                ));
+            match kind {
+                Some(FamilyKind::Numeric) => return Err(mismatch("a number", &Value::StrList(items))),
+                Some(FamilyKind::Text) => return Err(mismatch("a string", &Value::StrList(items))),
+                _ => {}
             }
             let family: Name = match (kind, name) {
                 (None, Cow::Owned(n)) => Cow::Owned(unknown_pattern_family(&n).to_owned()),
@@ -176,9 +205,13 @@ fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: V
             }
         }
         Value::Bool(_) | Value::Other(_) => {
-            if kind.is_some() {
-                return Err(format!("unexpected {}", value.type_name()));
-            }
+            let expected = match kind {
+                Some(FamilyKind::Numeric) => "a number",
+                Some(FamilyKind::Text) => "a string",
+                Some(FamilyKind::Patterns) => "an array of pattern names",
+                None => return Ok(()),
+            };
+            return Err(mismatch(expected, &value));
         }
     }
     Ok(())
@@ -188,6 +221,12 @@ struct GeneralInfo<'a, 'de>(&'a mut PendingListing<'de>);
 
 seed_from_visitor!(GeneralInfo, deserialize_any);
 
+impl GeneralInfo<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "the generalInfo object", found });
+    }
+}
+
 impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -196,6 +235,7 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
         Ok(())
     }
+    drift_on_non_objects!();
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let pending = self.0;
         while let Some(BorrowedStr(key)) = map.next_key()? {
@@ -211,14 +251,18 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
             pending.field = Some(("generalInfo", key));
             if let Some((ty, slot)) = target {
                 let value: Value<'de> = map.next_value()?;
-                let typed = convert(value, ty).map_err(de::Error::custom)?;
-                let info = &mut pending.rows.info;
-                *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] = typed;
+                match convert(value, ty) {
+                    Ok(typed) => {
+                        let info = &mut pending.rows.info;
+                        *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] =
+                            typed;
+                    }
+                    Err(mismatch) => pending.drifted(mismatch),
+                }
             } else if is_community {
-                map.next_value_seed(Community(&mut pending.rows.info.community))?;
+                map.next_value_seed(Community(pending))?;
             } else if is_chains {
-                let chains: Option<Vec<serde_json::Value>> = map.next_value()?;
-                pending.rows.info.chains = chains.map(|c| c.iter().map(|v| v.to_string()).collect());
+                map.next_value_seed(Chains(pending))?;
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -228,9 +272,15 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     }
 }
 
-struct Community<'a, 'de>(&'a mut [Option<Cow<'de, str>>; 5]);
+struct Community<'a, 'de>(&'a mut PendingListing<'de>);
 
 seed_from_visitor!(Community, deserialize_any);
+
+impl Community<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "an object of community links", found });
+    }
+}
 
 impl<'de> Visitor<'de> for Community<'_, 'de> {
     type Value = ();
@@ -240,14 +290,21 @@ impl<'de> Visitor<'de> for Community<'_, 'de> {
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
         Ok(())
     }
+    drift_on_non_objects!();
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
         while let Some(BorrowedStr(key)) = map.next_key()? {
             match COMMUNITY_KEYS.iter().position(|k| *k == key) {
                 Some(slot) => {
+                    pending.field = Some(("generalInfo.community", key));
                     let value: Value<'de> = map.next_value()?;
-                    self.0[slot] = match convert(value, ScalarType::Str).map_err(de::Error::custom)? {
-                        Typed::Str(s) if !s.is_empty() => Some(s),
-                        _ => None,
+                    pending.rows.info.community[slot] = match convert(value, ScalarType::Str) {
+                        Ok(Typed::Str(s)) if !s.is_empty() => Some(s),
+                        Ok(_) => None,
+                        Err(mismatch) => {
+                            pending.drifted(mismatch);
+                            None
+                        }
                     };
                 }
                 None => {
@@ -255,6 +312,61 @@ impl<'de> Visitor<'de> for Community<'_, 'de> {
                 }
             }
         }
+        pending.field = Some(("generalInfo", Cow::Borrowed("community")));
+        Ok(())
+    }
+}
+
+/// `generalInfo.chains`: each element kept as the service's JSON text, keys in its order.
+struct Chains<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(Chains, deserialize_any);
+
+impl Chains<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "an array of chain objects", found });
+    }
+}
+
+impl<'de> Visitor<'de> for Chains<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of chains or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.unexpected(v.to_string());
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.unexpected(v.to_string());
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.unexpected(v.to_string());
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.unexpected(v.to_string());
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.unexpected(excerpt(v));
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.unexpected("an object".into());
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut chains = Vec::new();
+        while let Some(chain) = seq.next_element::<&'de RawValue>()? {
+            chains.push(compact_json(chain.get()));
+        }
+        self.0.rows.info.chains = Some(chains);
         Ok(())
     }
 }
@@ -398,12 +510,11 @@ mod tests {
     #[test]
     fn malformed_bodies_name_the_field_and_leave_no_rows() {
         let mut builder = ListingBuilder::new(2);
-        let bad = r#"{"data": {"id": "x", "rsi14_1h": 50, "current_price": "cheap"}}"#;
+        let bad = r#"{"data": {"id": "x", "rsi14_1h": 50, "current_price": tru}}"#;
         let error = builder.append(&ListingBody { body: bad.as_bytes(), token: None, fetched_at: None }).unwrap_err();
         match &error {
-            Error::Decode { field, offset, message, .. } => {
+            Error::Decode { field, offset, .. } => {
                 assert_eq!(field.as_deref(), Some("data.current_price"));
-                assert!(message.contains("\"cheap\""), "{message}");
                 assert!(offset.is_some());
             }
             other => panic!("unexpected {other:?}"),
@@ -412,14 +523,7 @@ mod tests {
         assert!(builder
             .append(&ListingBody { body: truncated.as_bytes(), token: Some("t"), fetched_at: None })
             .is_err());
-        for body in [
-            "[]",
-            "null",
-            "{}",
-            r#"{"data": null}"#,
-            r#"{"data": {"rsi14_1h": true}}"#,
-            r#"{"data": {"single_pattern_1h": 3}}"#,
-        ] {
+        for body in ["[]", "null", "{}", r#"{"data": null}"#, r#"{"data": []}"#, r#"{"data": "bitcoin"}"#] {
             assert!(
                 builder.append(&ListingBody { body: body.as_bytes(), token: Some("t"), fetched_at: None }).is_err(),
                 "{body}"
@@ -428,6 +532,58 @@ mod tests {
         let frames = builder.finish();
         assert_eq!(frames.snapshot.height(), 0);
         assert_eq!(frames.indicators.height(), 0);
+    }
+
+    #[test]
+    fn values_that_do_not_fit_become_drift_rows_and_the_rest_lands() {
+        let body = r#"{"data": {"id": "x", "current_price": "N/A", "github_commit": 12.5, "market_cap_rank": 933.0,
+            "categories": "Layer 1", "last_updated": "yesterday", "rsi14_1h": true, "rsi7_1h": 55,
+            "single_pattern_1h": [3, "doji"], "macd_1h": ["a"], "rsi14_1m": 40, "ta_2h_updated_at": "x",
+            "ta_1h_updated_at": 5},
+            "generalInfo": {"description": 5, "community": "none", "chains": {"a": 1}, "websites": ["w"]}}"#;
+        let frames = parse(body, None).unwrap();
+        assert_eq!(frames.snapshot.height(), 1);
+        assert_eq!(floats(&frames.snapshot, "current_price"), vec![None]);
+        assert_eq!(frames.snapshot.column("market_cap_rank").unwrap().i64().unwrap().get(0), Some(933));
+        assert_eq!(frames.snapshot.column("github_commit").unwrap().null_count(), 1);
+        assert_eq!(floats(&frames.indicators, "value"), vec![Some(55.0)]);
+        assert_eq!(frames.ta_updated.height(), 1);
+        // A number where text belongs is kept as its text: nothing is lost.
+        assert_eq!(strings(&frames.info, "description"), vec![Some("5".into())]);
+        assert_eq!(frames.info.column("websites").unwrap().list().unwrap().get_as_series(0).unwrap().len(), 1);
+        let fields: Vec<_> = strings(&frames.drift, "field").into_iter().flatten().collect();
+        assert_eq!(
+            fields,
+            [
+                "data.current_price",
+                "data.github_commit",
+                "data.categories",
+                "data.last_updated",
+                "data.rsi14_1h",
+                "data.single_pattern_1h",
+                "data.macd_1h",
+                "data.rsi14_1m",
+                "data.ta_2h_updated_at",
+                "data.ta_1h_updated_at",
+                "generalInfo.community",
+                "generalInfo.chains",
+            ]
+        );
+        let found: Vec<_> = strings(&frames.drift, "found").into_iter().flatten().collect();
+        assert_eq!(&found[..3], ["\"N/A\"", "12.5", "\"Layer 1\""]);
+        assert_eq!(found[7], "the interval \"1m\"");
+        assert_eq!(strings(&frames.drift, "token")[0].as_deref(), Some("x"));
+        let fetched_at = frames.drift.column("fetched_at").unwrap().datetime().unwrap().physical().get(0);
+        assert_eq!(fetched_at, Some(7));
+    }
+
+    #[test]
+    fn chains_keep_the_services_text_and_key_order() {
+        let body = r#"{"data": {"id": "x"}, "generalInfo": {"chains": [{"z": 1, "a": "b c"}, {"name": "eth"}]}}"#;
+        let frames = parse(body, None).unwrap();
+        let chains = frames.info.column("chains").unwrap().list().unwrap().get_as_series(0).unwrap();
+        let chains: Vec<_> = chains.str().unwrap().iter().flatten().collect();
+        assert_eq!(chains, [r#"{"z":1,"a":"b c"}"#, r#"{"name":"eth"}"#]);
     }
 
     #[test]

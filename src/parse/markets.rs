@@ -3,14 +3,13 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use polars::prelude::DataFrame;
-use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::document::{parse_document, seed_from_visitor, DecodeContext, FieldPath};
+use super::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
 use crate::error::{Endpoint, Error};
-use crate::frames::{MarketRow, MarketsColumns};
+use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
-use crate::model::value::{convert, BorrowedStr, Typed, Value};
+use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
 
 /// One markets response body.
 #[derive(Clone, Copy, Debug)]
@@ -25,6 +24,8 @@ pub struct MarketsBody<'a> {
 pub struct MarketsSummary {
     pub entries: usize,
     pub total: Option<i64>,
+    /// Values that did not fit their columns (rows of `drift`).
+    pub drifted: usize,
 }
 
 #[derive(Default)]
@@ -33,6 +34,13 @@ struct PendingMarkets<'de> {
     entries: Vec<MarketRow<'de>>,
     total: Option<i64>,
     field: FieldPath<'de>,
+    drift: Vec<DriftRow>,
+}
+
+impl PendingMarkets<'_> {
+    fn drifted(&mut self, field: String, mismatch: Mismatch) {
+        self.drift.push(DriftRow { field, mismatch });
+    }
 }
 
 struct MarketsDocument<'a, 'de>(&'a mut PendingMarkets<'de>);
@@ -56,9 +64,13 @@ impl<'de> Visitor<'de> for MarketsDocument<'_, 'de> {
                 "total" => {
                     pending.field = Some(("", key));
                     let value: Value<'de> = map.next_value()?;
-                    pending.total = match convert(value, ScalarType::I64).map_err(de::Error::custom)? {
-                        Typed::I64(total) => Some(total),
-                        _ => None,
+                    pending.total = match convert(value, ScalarType::I64) {
+                        Ok(Typed::I64(total)) => Some(total),
+                        Ok(_) => None,
+                        Err(mismatch) => {
+                            pending.drifted("total".into(), mismatch);
+                            None
+                        }
                     };
                 }
                 _ => {
@@ -84,13 +96,16 @@ impl<'de> Visitor<'de> for MarketEntries<'_, 'de> {
         let pending = self.0;
         let mut index = 0usize;
         loop {
-            let mut entry = MarketsColumns::new_row();
-            let mut field = None;
-            match seq.next_element_seed(MarketEntry { entry: &mut entry, field: &mut field }) {
-                Ok(Some(())) => pending.entries.push(entry),
+            let mut entry =
+                MarketEntry { index, row: MarketsColumns::new_row(), field: None, drift: Vec::new(), is_object: false };
+            let element = seq.next_element_seed(&mut entry);
+            pending.drift.append(&mut entry.drift);
+            match element {
+                Ok(Some(())) if entry.is_object => pending.entries.push(entry.row),
+                Ok(Some(())) => {}
                 Ok(None) => return Ok(()),
                 Err(err) => {
-                    let label = match field {
+                    let label = match entry.field {
                         Some(key) => format!("data[{index}].{key}"),
                         None => format!("data[{index}]"),
                     };
@@ -103,26 +118,56 @@ impl<'de> Visitor<'de> for MarketEntries<'_, 'de> {
     }
 }
 
-struct MarketEntry<'a, 'de> {
-    entry: &'a mut MarketRow<'de>,
-    field: &'a mut Option<Cow<'de, str>>,
+/// One element of `data`: a market entry object, or (drift) anything else.
+struct MarketEntry<'de> {
+    index: usize,
+    row: MarketRow<'de>,
+    /// The key being read, for errors.
+    field: Option<Cow<'de, str>>,
+    drift: Vec<DriftRow>,
+    is_object: bool,
 }
 
-seed_from_visitor!(MarketEntry, deserialize_map);
+impl<'de> DeserializeSeed<'de> for &mut MarketEntry<'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
 
-impl<'de> Visitor<'de> for MarketEntry<'_, 'de> {
+impl MarketEntry<'_> {
+    fn unexpected(&mut self, found: String) {
+        let field = format!("data[{}]", self.index);
+        self.drift.push(DriftRow { field, mismatch: Mismatch { expected: "a market entry object", found } });
+    }
+}
+
+impl<'de> Visitor<'de> for &mut MarketEntry<'de> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a market entry object")
     }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.unexpected("null".into());
+        Ok(())
+    }
+    drift_on_non_objects!();
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.is_object = true;
         while let Some(BorrowedStr(key)) = map.next_key()? {
             match market_field_index(&key) {
                 Some(index) => {
-                    *self.field = Some(key);
+                    self.field = Some(key);
                     let value: Value<'de> = map.next_value()?;
-                    self.entry[index] = convert(value, MARKET_FIELDS[index].2).map_err(de::Error::custom)?;
-                    *self.field = None;
+                    match convert(value, MARKET_FIELDS[index].2) {
+                        Ok(typed) => self.row[index] = typed,
+                        Err(mismatch) => {
+                            let key = self.field.as_deref().unwrap_or_default();
+                            let field = format!("data[{}].{key}", self.index);
+                            self.drift.push(DriftRow { field, mismatch });
+                        }
+                    }
+                    self.field = None;
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -154,14 +199,16 @@ impl MarketsBuilder {
         if !pending.saw_data {
             return Err(context.error(None, None, "the response has no `data` array"));
         }
-        let summary = MarketsSummary { entries: pending.entries.len(), total: pending.total };
+        let summary =
+            MarketsSummary { entries: pending.entries.len(), total: pending.total, drifted: pending.drift.len() };
         for entry in &pending.entries {
             self.columns.append(input.token, input.fetched_at, entry);
         }
+        self.columns.append_drift(input.token, input.fetched_at, &pending.drift);
         Ok(summary)
     }
 
-    pub fn finish(self) -> DataFrame {
+    pub fn finish(self) -> MarketsFrames {
         self.columns.finish()
     }
 }
@@ -181,23 +228,58 @@ mod tests {
         let mut builder = MarketsBuilder::new(2);
         let summary =
             builder.append(&MarketsBody { body: body.as_bytes(), token: "bitcoin", fetched_at: None }).unwrap();
-        assert_eq!(summary, MarketsSummary { entries: 2, total: Some(5) });
-        let frame = builder.finish();
+        assert_eq!(summary, MarketsSummary { entries: 2, total: Some(5), drifted: 0 });
+        let frame = builder.finish().markets;
         assert_eq!(strings(&frame, "base"), vec![Some("BTC".into()), Some("XBT".into())]);
         assert_eq!(strings(&frame, "quote"), vec![Some("USDT".into()), None]);
         assert_eq!(floats(&frame, "price"), vec![Some(64000.1), Some(64001.0)]);
         assert_eq!(frame.column("liquidity_score").unwrap().i64().unwrap().get(0), Some(950));
         let names: Vec<_> = frame.get_column_names().iter().map(|s| s.to_string()).collect();
-        let empty: Vec<_> = MarketsBuilder::new(0).finish().get_column_names().iter().map(|s| s.to_string()).collect();
+        let empty = MarketsBuilder::new(0).finish().markets;
+        let empty: Vec<_> = empty.get_column_names().iter().map(|s| s.to_string()).collect();
         assert_eq!(names, empty);
     }
 
     #[test]
-    fn bad_market_entries_are_located() {
-        let body = r#"{"data": [{"id": "1"}, {"id": "2", "price": [1]}], "total": 2}"#;
+    fn values_that_do_not_fit_become_drift_rows_and_the_rest_lands() {
+        let body = r#"{"data": [{"id": "1", "liquidity_score": 229.0}, {"id": "2", "price": [1], "liquidity_score": 933.5},
+                                 7, null, {"id": "3", "volumeUsd": "N/A"}], "total": "many"}"#;
         let mut builder = MarketsBuilder::new(2);
-        let error = builder.append(&MarketsBody { body: body.as_bytes(), token: "t", fetched_at: None }).unwrap_err();
+        let summary = builder.append(&MarketsBody { body: body.as_bytes(), token: "t", fetched_at: Some(9) }).unwrap();
+        assert_eq!(summary, MarketsSummary { entries: 3, total: None, drifted: 6 });
+        let frames = builder.finish();
+        assert_eq!(strings(&frames.markets, "id"), ["1", "2", "3"].map(|s| Some(s.into())).to_vec());
+        let scores: Vec<_> = frames.markets.column("liquidity_score").unwrap().i64().unwrap().iter().collect();
+        assert_eq!(scores, vec![Some(229), None, None]);
+        assert_eq!(floats(&frames.markets, "price"), vec![None, None, None]);
+        let drift = &frames.drift;
+        assert_eq!(
+            strings(drift, "field"),
+            ["data[1].price", "data[1].liquidity_score", "data[2]", "data[3]", "data[4].volumeUsd", "total"]
+                .map(|s| Some(s.into()))
+                .to_vec()
+        );
+        assert_eq!(strings(drift, "found")[1].as_deref(), Some("933.5"));
+        assert_eq!(strings(drift, "expected")[1].as_deref(), Some("an integer"));
+        assert_eq!(strings(drift, "endpoint")[0].as_deref(), Some("markets"));
+    }
+
+    #[test]
+    fn bodies_that_are_not_the_documented_shape_are_errors() {
+        let mut builder = MarketsBuilder::new(2);
+        for body in [r#"{"data": {"id": "1"}}"#, r#"{"total": 3}"#, r#"{"data": [{"id": "1", "price": 1"#, "[]"] {
+            let error = builder.append(&MarketsBody { body: body.as_bytes(), token: "t", fetched_at: None });
+            assert!(matches!(error, Err(Error::Decode { .. })), "{body}");
+        }
+        let error = builder
+            .append(&MarketsBody {
+                body: br#"{"data": [{"id": "1"}, {"id": "2", "price": tru}]}"#,
+                token: "t",
+                fetched_at: None,
+            })
+            .unwrap_err();
         assert!(matches!(&error, Error::Decode { field: Some(f), .. } if f == "data[1].price"), "{error:?}");
-        assert_eq!(builder.finish().height(), 0);
+        let frames = builder.finish();
+        assert_eq!((frames.markets.height(), frames.drift.height()), (0, 0));
     }
 }

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_polars::PyDataFrame;
 
+use super::arguments::{integer, number, optional, type_name};
 use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
 use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
@@ -77,7 +78,7 @@ impl Engine {
     /// Settings arrive as the user gave them (environment variables already resolved); their
     /// types are checked here and their values by `ClientConfig::new`.
     #[new]
-    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, proxy, max_response_bytes, backoff))]
+    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         base_url: String,
@@ -87,6 +88,7 @@ impl Engine {
         concurrency: &Bound<'_, PyAny>,
         rate_limit: &Bound<'_, PyAny>,
         cache_ttl: &Bound<'_, PyAny>,
+        cache_max_bytes: &Bound<'_, PyAny>,
         proxy: Option<String>,
         max_response_bytes: &Bound<'_, PyAny>,
         backoff: &Bound<'_, PyAny>,
@@ -105,6 +107,7 @@ impl Engine {
             concurrency: Some(integer("concurrency", concurrency)?),
             rate_limit: optional(rate_limit, |v| number("rate_limit", v))?,
             cache_ttl: optional(cache_ttl, |v| number("cache_ttl", v))?,
+            cache_max_bytes: Some(integer("cache_max_bytes", cache_max_bytes)?),
             proxy,
             max_response_bytes: Some(integer("max_response_bytes", max_response_bytes)?),
             backoff: Some((number("backoff", &backoff.0)?, number("backoff", &backoff.1)?)),
@@ -200,36 +203,11 @@ impl FetchJob {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Settings: Python types checked, with one wording per rule (the values' rules are in
-// `client::config`).
-
-fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map_or_else(|_| "?".into(), |name| name.to_string())
-}
-
-/// An int or a float (a bool is neither here).
-fn number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let is_number = value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>();
-    if value.is_instance_of::<PyBool>() || !is_number {
-        return Err(PyTypeError::new_err(format!("{name} must be a number, got {}: {value}", type_name(value))));
-    }
-    value.extract()
-}
-
-/// An int (not a bool), within i64.
-fn integer(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!("{name} must be an int, got {}: {value}", type_name(value))));
-    }
-    value.extract().map_err(|_| PyValueError::new_err(format!("{name} is out of range, got {value}")))
-}
-
-/// `None` stays `None` (the setting is off).
-fn optional<T>(value: &Bound<'_, PyAny>, read: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>) -> PyResult<Option<T>> {
-    if value.is_none() {
-        Ok(None)
-    } else {
-        read(value).map(Some)
-    }
+/// The base URL as requests will use it; ValueError for anything but an http(s) URL with a host.
+#[pyfunction]
+pub(super) fn check_base_url(base_url: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text: String = base_url.extract().map_err(|_| {
+        PyTypeError::new_err(format!("base_url must be a str (or a Sandbox), got {}", type_name(base_url)))
+    })?;
+    Ok(crate::client::config::check_base_url(&text)?)
 }

@@ -2,6 +2,7 @@
 //! the `python` feature. Every entry point releases the GIL around network and parsing work;
 //! errors cross into Python through the one `From<Error> for PyErr` in `errors`.
 
+mod arguments;
 mod client;
 mod errors;
 mod parsing;
@@ -24,6 +25,7 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     defaults.set_item("concurrency", config::DEFAULT_CONCURRENCY)?;
     defaults.set_item("max_response_bytes", config::DEFAULT_MAX_RESPONSE_BYTES)?;
     defaults.set_item("backoff", config::DEFAULT_BACKOFF_SECS)?;
+    defaults.set_item("cache_max_bytes", config::DEFAULT_CACHE_MAX_BYTES)?;
     Ok(defaults)
 }
 
@@ -40,6 +42,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::parse_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::parse_markets, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;
+    m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
     {
         m.add_class::<sandbox::PySandbox>()?;

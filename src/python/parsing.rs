@@ -120,7 +120,7 @@ pub(super) fn parse_tokens<'py>(
     listing_frames_dict(py, frames)
 }
 
-/// Parses one markets body into the markets frame. Returns (frame, total).
+/// Parses one markets body into the markets frame. Returns (frame, total, drift).
 #[pyfunction]
 #[pyo3(signature = (body, token_id, fetched_at_ms=None))]
 pub(super) fn parse_markets<'py>(
@@ -139,7 +139,14 @@ pub(super) fn parse_markets<'py>(
         let summary = results.pop().expect("one result per body")?;
         Ok((frame, summary.total))
     })?;
-    PyTuple::new(py, [PyDataFrame(frame).into_pyobject(py)?, total.into_pyobject(py)?.into_any()])
+    PyTuple::new(
+        py,
+        [
+            PyDataFrame(frame.markets).into_pyobject(py)?,
+            total.into_pyobject(py)?.into_any(),
+            PyDataFrame(frame.drift).into_pyobject(py)?,
+        ],
+    )
 }
 
 /// The frames of an empty result, with their full schemas.
