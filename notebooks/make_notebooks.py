@@ -24,7 +24,7 @@ client'''
 
 NOTEBOOKS = {
     "01_quickstart.ipynb": [
-        new_markdown_cell("# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set."),
+        new_markdown_cell("# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
         new_code_cell(SETUP),
         new_code_cell('frames = client.token("bitcoin")\nframes'),
         new_markdown_cell("## `snapshot`: one row per token\n\nMarket, supply, valuation, change and derivatives figures, typed: `current_price` arrives as text and becomes Float64, timestamps become UTC datetimes, an empty `ohlc_updated_time` becomes null."),
@@ -45,7 +45,7 @@ NOTEBOOKS = {
         new_code_cell('# anything the frames leave out is in the raw JSON\nsorted(batch.raw[0]["data"])[:10]'),
     ],
     "02_screen.ipynb": [
-        new_markdown_cell("# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire."),
+        new_markdown_cell("# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
         new_code_cell(SETUP),
         new_code_cell('tokens = ["bitcoin", "ethereum", "solana", "cardano", "ripple", "polkadot", "dogecoin", "avalanche", "chainlink", "litecoin",\n          "uniswap", "stellar", "cosmos", "near", "aptos", "arbitrum", "optimism", "filecoin", "algorand", "tezos",\n          "aave", "maker", "the-graph", "render", "injective", "sui", "sei", "pepe", "bonk", "kaspa"]\nframes = client.fetch(tokens, markets=False)\nprint(f"{frames.snapshot.height} tokens, {frames.errors.height} failures")'),
         new_code_cell('rsi = (\n    frames.indicators.filter(pl.col("indicator") == "rsi14")\n    .pivot(on="interval", index="token", values="value")\n    .sort("token")\n)\nrsi.head()'),
@@ -59,7 +59,7 @@ NOTEBOOKS = {
         new_code_cell('# MACD crosses on the daily chart, joined with the RSI view\nframes.signals.filter((pl.col("indicator") == "macd") & (pl.col("interval") == "24h")).join(rsi.select("token", "24h"), on="token").sort("24h")'),
     ],
     "03_markets_liquidity.ipynb": [
-        new_markdown_cell("# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency."),
+        new_markdown_cell("# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
         new_code_cell(SETUP),
         new_code_cell('frames = client.fetch(["bitcoin", "ethereum", "solana", "chainlink"], markets=True)\nmarkets = frames.markets\nmarkets.select("token", "exchange_name", "market_pair", "quote", "volume_usd", "volume_percent", "liquidity_score").head()'),
         new_code_cell('# Is the market list complete? The service reports a `total` that can exceed the list it sends.\nframes.log.filter(pl.col("endpoint") == "markets").select("token", "total", "message")'),

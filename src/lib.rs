@@ -23,6 +23,7 @@ mod sandbox;
 mod python;
 
 pub use batch::{FetchOutcome, Job, RawStore};
+pub use client::retry::{parse_retry_after, RetryPolicy};
 pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
 pub use error::{Error, Result};
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};

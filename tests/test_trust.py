@@ -334,3 +334,15 @@ def test_cli_fetches_markets_by_default() -> None:
                                 capture_output=True, text=True, timeout=120, env={**os.environ})
         assert result.returncode == 0, result.stderr
         assert sb.requests == 2
+
+
+def test_an_old_polars_is_refused_with_the_version_needed() -> None:
+    from defilens._polars_version import MIN_POLARS, check_polars
+
+    check_polars("1.32.0")
+    check_polars("2.1.0")
+    for old in ("1.31.3", "1.20.0", "0.20.31"):
+        with pytest.raises(ImportError, match=r"needs polars >= 1\.32, but polars .* is installed"):
+            check_polars(old)
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'"polars>={MIN_POLARS[0]}.{MIN_POLARS[1]}"' in pyproject, "pyproject.toml declares another floor"

@@ -7,6 +7,11 @@
 2
 """
 
+from ._polars_version import check_polars
+
+check_polars()
+
+# The imports below come after the check, so an old polars fails with its message, not theirs.
 from . import testing
 from ._client import AsyncClient, Client
 from ._core import __version__
