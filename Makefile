@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop test test-rust test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test
+.PHONY: develop test test-rust test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test check-versions
 
 develop:            ## rebuild the extension into the venv (reuses target/)
 	$(VENV)/bin/maturin develop --release
@@ -53,3 +53,6 @@ wheel-test:         ## installs that wheel into a fresh venv on a PATH without c
 	rm -rf target/wheel-test && python3 -m venv target/wheel-test
 	target/wheel-test/bin/pip install --quiet dist/defilens-*manylinux*.whl
 	cd /tmp && env -i HOME="$$HOME" PATH=/usr/bin:/bin $(abspath target/wheel-test)/bin/defilens fetch bitcoin ethereum --sandbox
+
+check-versions:     ## the wheel with the oldest Python + oldest polars, newest + newest, and a too-old polars refused
+	.ci/check-versions
