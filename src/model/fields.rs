@@ -225,10 +225,11 @@ pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
 /// The suffix of a key of a known family (or `ta_<i>_updated_at`) whose interval is not one of
 /// `INTERVALS` (`rsi14_1m`, `ta_2h_updated_at`): such a value has no row to go to.
 pub fn unknown_interval(key: &str) -> Option<&str> {
-    let looks_like_interval = |s: &str| {
-        s.len() >= 2
-            && s[..s.len() - 1].bytes().all(|b| b.is_ascii_digit())
-            && s.ends_with(['m', 'h', 'd', 'w', 'M', 'y'])
+    // Digits, then one unit letter. Checked on the unit first: the key is the service's text, so
+    // its last character may be any width.
+    let looks_like_interval = |s: &str| match s.strip_suffix(['m', 'h', 'd', 'w', 'M', 'y']) {
+        Some(digits) => !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+        None => false,
     };
     if let Some(interval) = key.strip_prefix("ta_").and_then(|rest| rest.strip_suffix("_updated_at")) {
         return (looks_like_interval(interval) && Interval::from_suffix(interval).is_none()).then_some(interval);
@@ -336,6 +337,10 @@ mod tests {
         assert_eq!(unknown_interval("price_percent_change_30d"), None);
         assert_eq!(unknown_interval("ema50_2h"), None);
         assert_eq!(unknown_interval("rsi14_latest"), None);
+        // Found by the fuzzer: a multi-byte last character once split a char in two.
+        assert_eq!(unknown_interval("rsi14_1é"), None);
+        assert_eq!(unknown_interval("ta_é_updated_at"), None);
+        assert_eq!(unknown_interval("rsi14_m"), None);
     }
 
     #[test]
