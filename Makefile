@@ -7,7 +7,8 @@ WHEEL_FEATURES := python,sandbox
 .PHONY: develop test test-rust test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test check-versions
 
 develop:            ## rebuild the extension into the venv (reuses target/)
-	$(VENV)/bin/maturin develop --release
+	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release
 
 test: test-rust test-python
 
@@ -46,6 +47,7 @@ fuzz:               ## by hand: every cargo-fuzz target for RUNS executions (def
 # A portable wheel: abi3, manylinux2014 (glibc 2.17), linked by zig (ziglang from PyPI). Its own
 # target folder: zig's C compiler would otherwise rebuild everything target/ holds.
 wheel:              ## dist/defilens-*-abi3-manylinux*.whl, checked by auditwheel
+	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2" ziglang auditwheel
 	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=target/zig $(VENV)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 	$(VENV)/bin/auditwheel show dist/defilens-*manylinux*.whl
 

@@ -21,10 +21,10 @@ macro_rules! seed_from_visitor {
 }
 pub(crate) use seed_from_visitor;
 
-/// Visitor methods for every JSON type but objects, arrays of them and null, for a visitor
-/// that expects an object: each calls `self.unexpected(found)`, so a value of the wrong type
-/// becomes a drift row instead of failing the body.
-macro_rules! drift_on_non_objects {
+/// Visitor methods for booleans, numbers and strings, for a visitor that expects a container:
+/// each calls `self.unexpected(found)`, so a value of the wrong type becomes a drift row
+/// instead of failing the body.
+macro_rules! drift_on_scalars {
     () => {
         fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
             self.unexpected(v.to_string());
@@ -46,6 +46,14 @@ macro_rules! drift_on_non_objects {
             self.unexpected($crate::model::value::excerpt(v));
             Ok(())
         }
+    };
+}
+pub(crate) use drift_on_scalars;
+
+/// `drift_on_scalars!` and arrays: for a visitor that expects an object (or null).
+macro_rules! drift_on_non_objects {
+    () => {
+        $crate::parse::document::drift_on_scalars!();
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
             self.unexpected("an array".into());

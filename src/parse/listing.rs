@@ -9,20 +9,18 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 
-use super::document::{
-    compact_json, drift_on_non_objects, field_label, parse_document, seed_from_visitor, DecodeContext, FieldPath,
-};
+use super::document::{field_label, parse_document, seed_from_visitor, DecodeContext, FieldPath};
+use super::general_info::GeneralInfo;
 use crate::error::{Endpoint, Error};
 use crate::frames::listing::Name;
 use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::fields::{
     parse_suffixed_key, snapshot_field_index, unknown_interval, unknown_pattern_family, FamilyKind, ScalarType,
-    SuffixedKey, COMMUNITY_KEYS, SNAPSHOT_FIELDS,
+    SuffixedKey, SNAPSHOT_FIELDS,
 };
-use crate::model::value::{convert, excerpt, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
+use crate::model::value::{convert, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
 use crate::model::Interval;
 
 /// One listing response body and what is known about it.
@@ -36,15 +34,15 @@ pub struct ListingBody<'a> {
 
 /// One body on its way through the visitors.
 #[derive(Default)]
-struct PendingListing<'de> {
+pub(super) struct PendingListing<'de> {
     saw_data: bool,
-    rows: ListingRows<'de>,
-    field: FieldPath<'de>,
+    pub(super) rows: ListingRows<'de>,
+    pub(super) field: FieldPath<'de>,
 }
 
 impl PendingListing<'_> {
     /// The value of the field being read did not fit: its cell stays null, a drift row says why.
-    fn drifted(&mut self, mismatch: Mismatch) {
+    pub(super) fn drifted(&mut self, mismatch: Mismatch) {
         let field = field_label(&self.field).unwrap_or_default();
         self.rows.drift.push(DriftRow { field, mismatch });
     }
@@ -215,160 +213,6 @@ fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: V
         }
     }
     Ok(())
-}
-
-struct GeneralInfo<'a, 'de>(&'a mut PendingListing<'de>);
-
-seed_from_visitor!(GeneralInfo, deserialize_any);
-
-impl GeneralInfo<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "the generalInfo object", found });
-    }
-}
-
-impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("the generalInfo object or null")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    drift_on_non_objects!();
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let pending = self.0;
-        while let Some(BorrowedStr(key)) = map.next_key()? {
-            let target = match key.as_ref() {
-                "description" => Some((ScalarType::Str, 0)),
-                "websites" => Some((ScalarType::ListStr, 1)),
-                "explorers" => Some((ScalarType::ListStr, 2)),
-                "categories" => Some((ScalarType::ListStr, 3)),
-                _ => None,
-            };
-            let is_community = key == "community";
-            let is_chains = key == "chains";
-            pending.field = Some(("generalInfo", key));
-            if let Some((ty, slot)) = target {
-                let value: Value<'de> = map.next_value()?;
-                match convert(value, ty) {
-                    Ok(typed) => {
-                        let info = &mut pending.rows.info;
-                        *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] =
-                            typed;
-                    }
-                    Err(mismatch) => pending.drifted(mismatch),
-                }
-            } else if is_community {
-                map.next_value_seed(Community(pending))?;
-            } else if is_chains {
-                map.next_value_seed(Chains(pending))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-            pending.field = Some(("", Cow::Borrowed("generalInfo")));
-        }
-        Ok(())
-    }
-}
-
-struct Community<'a, 'de>(&'a mut PendingListing<'de>);
-
-seed_from_visitor!(Community, deserialize_any);
-
-impl Community<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "an object of community links", found });
-    }
-}
-
-impl<'de> Visitor<'de> for Community<'_, 'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object of community links or null")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    drift_on_non_objects!();
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let pending = self.0;
-        while let Some(BorrowedStr(key)) = map.next_key()? {
-            match COMMUNITY_KEYS.iter().position(|k| *k == key) {
-                Some(slot) => {
-                    pending.field = Some(("generalInfo.community", key));
-                    let value: Value<'de> = map.next_value()?;
-                    pending.rows.info.community[slot] = match convert(value, ScalarType::Str) {
-                        Ok(Typed::Str(s)) if !s.is_empty() => Some(s),
-                        Ok(_) => None,
-                        Err(mismatch) => {
-                            pending.drifted(mismatch);
-                            None
-                        }
-                    };
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        pending.field = Some(("generalInfo", Cow::Borrowed("community")));
-        Ok(())
-    }
-}
-
-/// `generalInfo.chains`: each element kept as the service's JSON text, keys in its order.
-struct Chains<'a, 'de>(&'a mut PendingListing<'de>);
-
-seed_from_visitor!(Chains, deserialize_any);
-
-impl Chains<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "an array of chain objects", found });
-    }
-}
-
-impl<'de> Visitor<'de> for Chains<'_, 'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of chains or null")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        self.unexpected(v.to_string());
-        Ok(())
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        self.unexpected(v.to_string());
-        Ok(())
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        self.unexpected(v.to_string());
-        Ok(())
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        self.unexpected(v.to_string());
-        Ok(())
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        self.unexpected(excerpt(v));
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        self.unexpected("an object".into());
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut chains = Vec::new();
-        while let Some(chain) = seq.next_element::<&'de RawValue>()? {
-            chains.push(compact_json(chain.get()));
-        }
-        self.0.rows.info.chains = Some(chains);
-        Ok(())
-    }
 }
 
 /// Parses listing bodies into the columns of the listing frames.

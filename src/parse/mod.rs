@@ -3,6 +3,7 @@
 
 pub mod batch;
 mod document;
+mod general_info;
 pub mod listing;
 pub mod markets;
 #[cfg(test)]

@@ -1,0 +1,148 @@
+//! `generalInfo`: description, links, community, chains and categories, each value of the wrong
+//! type a drift row rather than a failed body.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
+use super::listing::PendingListing;
+use crate::model::fields::{ScalarType, COMMUNITY_KEYS};
+use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
+
+pub(super) struct GeneralInfo<'a, 'de>(pub(super) &'a mut PendingListing<'de>);
+
+seed_from_visitor!(GeneralInfo, deserialize_any);
+
+impl GeneralInfo<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "the generalInfo object", found });
+    }
+}
+
+impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the generalInfo object or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    drift_on_non_objects!();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            let target = match key.as_ref() {
+                "description" => Some((ScalarType::Str, 0)),
+                "websites" => Some((ScalarType::ListStr, 1)),
+                "explorers" => Some((ScalarType::ListStr, 2)),
+                "categories" => Some((ScalarType::ListStr, 3)),
+                _ => None,
+            };
+            let is_community = key == "community";
+            let is_chains = key == "chains";
+            pending.field = Some(("generalInfo", key));
+            if let Some((ty, slot)) = target {
+                let value: Value<'de> = map.next_value()?;
+                match convert(value, ty) {
+                    Ok(typed) => {
+                        let info = &mut pending.rows.info;
+                        *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] =
+                            typed;
+                    }
+                    Err(mismatch) => pending.drifted(mismatch),
+                }
+            } else if is_community {
+                map.next_value_seed(Community(pending))?;
+            } else if is_chains {
+                map.next_value_seed(Chains(pending))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+            pending.field = Some(("", Cow::Borrowed("generalInfo")));
+        }
+        Ok(())
+    }
+}
+
+struct Community<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(Community, deserialize_any);
+
+impl Community<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "an object of community links", found });
+    }
+}
+
+impl<'de> Visitor<'de> for Community<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of community links or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    drift_on_non_objects!();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let pending = self.0;
+        while let Some(BorrowedStr(key)) = map.next_key()? {
+            match COMMUNITY_KEYS.iter().position(|k| *k == key) {
+                Some(slot) => {
+                    pending.field = Some(("generalInfo.community", key));
+                    let value: Value<'de> = map.next_value()?;
+                    pending.rows.info.community[slot] = match convert(value, ScalarType::Str) {
+                        Ok(Typed::Str(s)) if !s.is_empty() => Some(s),
+                        Ok(_) => None,
+                        Err(mismatch) => {
+                            pending.drifted(mismatch);
+                            None
+                        }
+                    };
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        pending.field = Some(("generalInfo", Cow::Borrowed("community")));
+        Ok(())
+    }
+}
+
+/// `generalInfo.chains`: each element kept as the service's JSON text, keys in its order.
+struct Chains<'a, 'de>(&'a mut PendingListing<'de>);
+
+seed_from_visitor!(Chains, deserialize_any);
+
+impl Chains<'_, '_> {
+    fn unexpected(self, found: String) {
+        self.0.drifted(Mismatch { expected: "an array of chain objects", found });
+    }
+}
+
+impl<'de> Visitor<'de> for Chains<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of chains or null")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    drift_on_scalars!();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.unexpected("an object".into());
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut chains = Vec::new();
+        while let Some(chain) = seq.next_element::<&'de RawValue>()? {
+            chains.push(compact_json(chain.get()));
+        }
+        self.0.rows.info.chains = Some(chains);
+        Ok(())
+    }
+}
