@@ -65,7 +65,7 @@ class _BaseClient:
         self,
         *,
         api_key: Optional[str] = None,
-        base_url: Optional[str] = None,
+        base_url: "Union[str, _core.Sandbox, None]" = None,
         timeout: float = DEFAULTS["timeout"],
         max_retries: int = DEFAULTS["max_retries"],
         concurrency: int = DEFAULTS["concurrency"],
@@ -76,7 +76,7 @@ class _BaseClient:
         max_response_bytes: int = DEFAULTS["max_response_bytes"],
         backoff: Tuple[float, float] = DEFAULTS["backoff"],
     ) -> None:
-        if hasattr(_core, "Sandbox") and isinstance(base_url, _core.Sandbox):
+        if isinstance(base_url, _core.Sandbox):
             base_url = base_url.url
         base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
@@ -171,13 +171,16 @@ class Client(_BaseClient):
 
     Args:
         api_key: sent as ``x-partner-key``; default the ``DEFILENS_API_KEY`` variable.
-        base_url: default ``DEFILENS_BASE_URL``, else ``https://api.defilens.ai``.
+        base_url: default ``DEFILENS_BASE_URL``, else ``https://api.defilens.ai``; a path such as
+            ``https://gateway.example/defilens`` is kept. A `testing.Sandbox` works too.
         timeout: seconds per request attempt, from connecting to the last body byte.
         max_retries: retries of one request after the first attempt (429, 5xx, timeouts and
             connection failures, with capped exponential backoff and jitter).
         concurrency: requests in flight at once in batch calls.
         rate_limit: at most this many requests per second across the client.
-        cache_ttl: seconds to reuse an identical successful response (``None``: off).
+        cache_ttl: seconds to reuse an identical successful response (``None``: off); a reused
+            response keeps its ``fetched_at`` and is marked ``cached`` in ``log``.
+        cache_max_bytes: the cache's bound; least recently used responses go first.
         proxy: proxy URL; default the standard ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``.
         max_response_bytes: a larger response body is refused while it is read.
         backoff: (first, maximum) retry delay in seconds.
