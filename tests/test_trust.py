@@ -75,6 +75,8 @@ def test_collect_goes_on_when_single_tokens_fail(tmp_path: Path) -> None:
         client = defilens.Client(base_url=sb.url)
         assert client.collect(["bitcoin", "unknown-x"], "0.05s", count=4, out=tmp_path / "h") == 4
     assert defilens.scan(tmp_path / "h", "snapshot").collect().height == 4
+    errors = defilens.scan(tmp_path / "h", "errors").collect()
+    assert errors.height == 8 and set(errors["token"]) == {"unknown-x"}
 
 
 def test_fetch_in_which_everything_failed_warns_once() -> None:

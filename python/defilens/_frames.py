@@ -257,12 +257,15 @@ def concat(frames: Sequence[Frames]) -> Frames:
 def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
     """A `pl.LazyFrame` over the history written by `Client.collect` / ``defilens collect``.
 
-    ``path`` is the collect folder; ``frame`` one of the frame names. The history is
+    ``path`` is the collect folder; ``frame`` one of the frame names, or ``"errors"`` (the
+    history's ``log`` filtered to the failed exchanges, as `Frames.errors` is). The history is
     Hive-partitioned Parquet (``path/<frame>/date=YYYY-MM-DD/*.parquet``), so polars, DuckDB or
     Spark can also read it directly.
     """
-    if frame not in FRAME_NAMES and frame != "errors":
-        raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)}, got {frame!r}")
+    if frame == "errors":
+        return scan(path, "log").filter(~pl.col("ok"))
+    if frame not in FRAME_NAMES:
+        raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)} or errors, got {frame!r}")
     folder = Path(path) / frame
     if not folder.is_dir():
         raise FileNotFoundError(f"no {frame!r} history under {str(path)!r} (is it a collect folder?)")
