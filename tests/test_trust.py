@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
+import polars as pl
 import pytest
 
 import defilens
@@ -348,3 +349,30 @@ def test_an_old_polars_is_refused_with_the_version_needed() -> None:
             check_polars(old)
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert f'"polars>={MIN_POLARS[0]}.{MIN_POLARS[1]}"' in pyproject, "pyproject.toml declares another floor"
+
+
+def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path: Path) -> None:
+    import random
+    import signal
+    import threading
+
+    from defilens._frames import _write_atomically
+
+    frame = pl.DataFrame({"x": list(range(300_000)), "y": [str(i) for i in range(300_000)]})
+    target = tmp_path / "frame.parquet"
+    interrupted = 0
+    rng = random.Random(7)
+    for _ in range(25):
+        target.unlink(missing_ok=True)
+        timer = threading.Timer(rng.uniform(0.0, 0.05), os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            _write_atomically(frame, target, "parquet")
+            timer.join()
+        except KeyboardInterrupt:
+            interrupted += 1
+            timer.join()
+        assert not list(tmp_path.glob("*.tmp"))
+        if target.exists():
+            assert pl.read_parquet(target).equals(frame)
+    assert interrupted > 0

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence, Tuple, Union
 
@@ -182,9 +185,33 @@ def _for_text_formats(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(converted)
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Holds a Ctrl-C back until the block ends, then raises it: a write is short, and this
+    way it is whole and renamed, or not started, never left as a temporary file. (A Ctrl-C
+    that lands between the write and its cleanup could otherwise skip the cleanup, whatever
+    the cleanup does.) Only the main thread receives signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: "list[int]" = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
 def _write_atomically(frame: pl.DataFrame, target: Path, format: str) -> None:
     """Writes to a temporary file beside ``target`` and renames it, so a crash or Ctrl-C
     never leaves a half-written file under the final name."""
+    with _ctrl_c_deferred():
+        _write_then_rename(frame, target, format)
+
+
+def _write_then_rename(frame: pl.DataFrame, target: Path, format: str) -> None:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         if format == "parquet":
