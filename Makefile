@@ -12,8 +12,8 @@ develop:            ## rebuild the extension into the venv (reuses target/)
 
 test: test-rust test-python
 
-test-rust:          ## no Python needed
-	cargo test --release --lib --features sandbox
+test-rust:          ## no Python needed (dev profile: faster to build, overflow checks on)
+	cargo test --lib --features sandbox
 
 test-python:
 	$(VENV)/bin/pytest
