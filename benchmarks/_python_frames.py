@@ -141,7 +141,7 @@ def idiomatic_info(token: str, info: dict) -> dict:
         "token": token, "description": info.get("description"), "websites": info.get("websites"),
         "explorers": info.get("explorers"), **{name: community.get(name) for name in COMMUNITY},
         # Compact JSON text of each chain object, keys sorted as defilens (serde_json) writes them.
-        "chains": [json.dumps(c, separators=(",", ":"), ensure_ascii=False, sort_keys=True) for c in info.get("chains") or []],
+        "chains": [json.dumps(c, separators=(",", ":"), ensure_ascii=False) for c in info.get("chains") or []],
         "categories": info.get("categories"),
     }
 
@@ -268,7 +268,7 @@ def tuned_info(tokens: List[str], infos: List[dict]) -> pl.DataFrame:
         "websites": [info.get("websites") for info in infos],
         "explorers": [info.get("explorers") for info in infos],
         **{name: [c.get(name) for c in communities] for name in COMMUNITY},
-        "chains": [[dumps(c, option=orjson.OPT_SORT_KEYS).decode() for c in info.get("chains") or ()] for info in infos],
+        "chains": [[dumps(c).decode() for c in info.get("chains") or ()] for info in infos],
         "categories": [info.get("categories") for info in infos],
     }
     return pl.DataFrame(columns, schema=INFO_SCHEMA)
