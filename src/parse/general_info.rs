@@ -12,15 +12,31 @@ use super::listing::PendingListing;
 use crate::model::fields::{ScalarType, COMMUNITY_KEYS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
 
-pub(super) struct GeneralInfo<'a, 'de>(pub(super) &'a mut PendingListing<'de>);
+/// A visitor of one part of `generalInfo` that may also be null: the struct over the body's
+/// pending rows, its `DeserializeSeed`, and `unexpected`, which turns a value of another JSON
+/// type into a drift row saying what was `$expected`.
+macro_rules! drifting_part {
+    ($(#[$doc:meta])* $vis:vis $visitor:ident, $expected:literal) => {
+        $(#[$doc])*
+        $vis struct $visitor<'a, 'de>($vis &'a mut PendingListing<'de>);
 
-seed_from_visitor!(GeneralInfo, deserialize_any);
+        seed_from_visitor!($visitor, deserialize_any);
 
-impl GeneralInfo<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "the generalInfo object", found });
-    }
+        impl $visitor<'_, '_> {
+            fn unexpected(self, found: String) {
+                self.0.drifted(Mismatch { expected: $expected, found });
+            }
+        }
+    };
 }
+
+drifting_part!(pub(super) GeneralInfo, "the generalInfo object");
+drifting_part!(Community, "an object of community links");
+drifting_part!(
+    /// `generalInfo.chains`: each element kept as the service's JSON text, keys in its order.
+    Chains,
+    "an array of chain objects"
+);
 
 impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     type Value = ();
@@ -67,16 +83,6 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     }
 }
 
-struct Community<'a, 'de>(&'a mut PendingListing<'de>);
-
-seed_from_visitor!(Community, deserialize_any);
-
-impl Community<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "an object of community links", found });
-    }
-}
-
 impl<'de> Visitor<'de> for Community<'_, 'de> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -109,17 +115,6 @@ impl<'de> Visitor<'de> for Community<'_, 'de> {
         }
         pending.field = Some(("generalInfo", Cow::Borrowed("community")));
         Ok(())
-    }
-}
-
-/// `generalInfo.chains`: each element kept as the service's JSON text, keys in its order.
-struct Chains<'a, 'de>(&'a mut PendingListing<'de>);
-
-seed_from_visitor!(Chains, deserialize_any);
-
-impl Chains<'_, '_> {
-    fn unexpected(self, found: String) {
-        self.0.drifted(Mismatch { expected: "an array of chain objects", found });
     }
 }
 
