@@ -45,9 +45,9 @@ impl ResponseCache {
     pub(crate) fn get(&self, url: &str) -> Option<CachedBody> {
         let ttl = self.ttl?;
         let mut entries = self.lock();
-        let fresh = entries.lru.get(url).map(|entry| entry.stored.elapsed() < ttl)?;
-        if fresh {
-            return entries.lru.get(url).map(|entry| entry.cached.clone());
+        let entry = entries.lru.get(url)?;
+        if entry.stored.elapsed() < ttl {
+            return Some(entry.cached.clone());
         }
         if let Some(stale) = entries.lru.pop(url) {
             entries.bytes -= stale.cached.body.len();
