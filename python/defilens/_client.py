@@ -146,9 +146,9 @@ class _BaseClient:
 def _warn_if_everything_failed(frames: Frames) -> None:
     """One warning for a batch in which no request succeeded: a key, a URL or the network is
     wrong, and empty frames alone would not say so."""
-    log = frames.log
-    if log.height == 0 or log.get_column("ok").any():
+    if not frames._every_request_failed():
         return
+    log = frames.log
     kinds = log.get_column("kind").value_counts(sort=True)
     kind, count = kinds.row(0)
     example = log.filter(pl.col("kind") == kind).get_column("message")[0]

@@ -54,11 +54,6 @@ def _with_fetched_at(frame: pl.DataFrame, fetched_at: pl.DataFrame, started: dt.
 STOP_AT_ONCE = ("auth", "forbidden")
 
 
-def _every_request_failed(frames: Frames) -> bool:
-    log = frames.log
-    return log.height > 0 and not log.get_column("ok").any() and bool(frames._exceptions)
-
-
 def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: int) -> "list[Path]":
     """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame.
 
@@ -117,7 +112,7 @@ def collect(
         rounds += 1
         if on_round is not None:
             on_round(rounds, frames)
-        if _every_request_failed(frames):
+        if frames._every_request_failed() and frames._exceptions:
             failed_in_a_row += 1
             last_error = frames._exceptions[-1]
             if getattr(last_error, "kind", None) in STOP_AT_ONCE or failed_in_a_row >= max_failed_rounds:

@@ -91,6 +91,10 @@ class Frames:
         # The exceptions behind the failed rows of `log`, in order (for `collect`'s errors).
         object.__setattr__(self, "_exceptions", list(exceptions))
 
+    def _every_request_failed(self) -> bool:
+        """At least one exchange, and none succeeded: a key, a URL or the network is wrong."""
+        return self.log.height > 0 and not self.log.get_column("ok").any()
+
     @property
     def errors(self) -> pl.DataFrame:
         """The failed exchanges: `log` filtered to ``ok == False``."""
