@@ -67,7 +67,6 @@ pub fn now_ms() -> i64 {
 
 pub struct HttpClient {
     config: ClientConfig,
-    base_url: String,
     http: reqwest::Client,
     in_flight: Arc<Semaphore>,
     limiter: RateLimiter,
@@ -84,9 +83,8 @@ impl HttpClient {
     /// A client for checked settings (`ClientConfig::new`).
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         let invalid = |message: String| Error::InvalidArgument(message);
-        let base_url = config.base_url.clone();
-        let parsed = reqwest::Url::parse(&base_url)
-            .map_err(|e| invalid(format!("base_url {base_url:?} is not a valid URL: {e}")))?;
+        // `ClientConfig::new` checked the URL; here it only says which pool to use.
+        let loopback = reqwest::Url::parse(&config.base_url).is_ok_and(|url| is_loopback_url(&url));
         let http = match &config.proxy {
             Some(proxy) => {
                 let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|_| {
@@ -98,7 +96,7 @@ impl HttpClient {
                     .map_err(|e| Error::Internal(format!("could not build the HTTP client: {e}")))?
             }
             None => {
-                let shared = if is_loopback_url(&parsed) { &*LOOPBACK_CLIENT } else { &*SHARED_CLIENT };
+                let shared = if loopback { &*LOOPBACK_CLIENT } else { &*SHARED_CLIENT };
                 shared.clone().map_err(|e| Error::Internal(format!("could not build the HTTP client: {e}")))?
             }
         };
@@ -106,7 +104,6 @@ impl HttpClient {
             in_flight: Arc::new(Semaphore::new(config.concurrency)),
             limiter: RateLimiter::new(config.rate_limit),
             cache: ResponseCache::new(config.cache_ttl, config.cache_max_bytes),
-            base_url,
             http,
             config,
         })
@@ -121,7 +118,7 @@ impl HttpClient {
     }
 
     pub fn url_for(&self, token: &str, endpoint: Endpoint) -> String {
-        format!("{}{}{}", self.base_url, endpoint.path_prefix(), encode_path_segment(token))
+        format!("{}{}{}", self.config.base_url, endpoint.path_prefix(), encode_path_segment(token))
     }
 
     /// How many requests this client runs at once.
