@@ -32,6 +32,9 @@ PYTHON = sys.executable
 # --------------------------------------------------------------------------- the Sandbox
 
 
+SANDBOX_NOW = "2026-11-23T00:00:00Z"
+
+
 @contextlib.contextmanager
 def sandbox_process(latency: float = 0.0, seed: int = 0, startup_timeout: float = 60.0) -> Iterator[str]:
     """Runs ``defilens sandbox`` in a separate process and yields its URL.
@@ -40,7 +43,10 @@ def sandbox_process(latency: float = 0.0, seed: int = 0, startup_timeout: float 
     measured (``time.process_time`` counts every thread of the calling process). The process
     is ended on the way out, whatever happens in the ``with`` block.
     """
-    command = [PYTHON, "-m", "defilens", "sandbox", "--port", "0", "--seed", str(seed), "--latency", str(latency)]
+    # A clock that stands still: every round sees the same market, and the Sandbox's body cache
+    # (filled by an untimed priming pass) stays valid for the whole run.
+    command = [PYTHON, "-m", "defilens", "sandbox", "--port", "0", "--seed", str(seed), "--latency", str(latency),
+               "--now", SANDBOX_NOW]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = _first_line(process, startup_timeout)

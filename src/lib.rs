@@ -26,8 +26,10 @@ pub use batch::{FetchOutcome, Job, RawStore};
 pub use client::retry::{parse_retry_after, RetryPolicy};
 pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
 pub use error::{Error, Result};
+#[cfg(feature = "sandbox")]
+pub use frames::candles::candles_frame;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
 pub use model::{Endpoint, INTERVALS};
 pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
 #[cfg(feature = "sandbox")]
-pub use sandbox::{body as sandbox_body, Sandbox, SandboxConfig};
+pub use sandbox::{body as sandbox_body, candles as sandbox_candles, Candle, ClockConfig, Sandbox, SandboxConfig};

@@ -58,8 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--max-failed-rounds", type=int, default=3, help="stop after this many rounds in a row in which every request failed (default 3)")
     connection_options(coll)
 
-    sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C.")
+    sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C. Its market follows the wall clock unless --now or --speed is given.")
     sb.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1, 0 to 65535 (default 0: a free one)")
+    sb.add_argument("--now", help="start a simulated clock at this time (ISO 8601, e.g. 2026-01-01T00:00:00Z); it stands still unless --speed is given")
+    sb.add_argument("--speed", type=float, help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)")
     sb.add_argument("--seed", type=int, default=0)
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     sb.add_argument("--api-key", help="require this x-partner-key")
@@ -265,10 +267,15 @@ def _sandbox(args: argparse.Namespace) -> int:
         drop_rate=args.drop_rate,
         truncate_rate=args.truncate_rate,
         invalid_json_rate=args.invalid_json_rate,
+        now=args.now,
+        speed=args.speed,
     ) as sandbox:
         try:
             # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.
-            print(f"serving the DeFi Lens sandbox at {sandbox.url} (Ctrl-C to stop)", flush=True)
+            clock = "" if args.now is None and args.speed is None else f"market time {sandbox.now:%Y-%m-%d %H:%M:%S} UTC"
+            if clock:
+                clock += f" running {args.speed:g}x; " if args.speed else " standing still; "
+            print(f"serving the DeFi Lens sandbox at {sandbox.url} ({clock}Ctrl-C to stop)", flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

@@ -20,8 +20,9 @@ __all__ = ["parse_every", "collect"]
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_every(every: Union[str, float, int, dt.timedelta]) -> float:
-    """``"5m"``, ``"30s"``, ``"1h"``, ``"250ms"``, a number of seconds or a timedelta -> seconds."""
+def parse_every(every: Union[str, float, int, dt.timedelta], name: str = "every") -> float:
+    """``"5m"``, ``"30s"``, ``"1h"``, ``"250ms"``, a number of seconds or a timedelta -> seconds.
+    ``name`` is the argument's name in error messages."""
     if isinstance(every, dt.timedelta):
         seconds = every.total_seconds()
     elif isinstance(every, (int, float)) and not isinstance(every, bool):
@@ -29,12 +30,12 @@ def parse_every(every: Union[str, float, int, dt.timedelta]) -> float:
     elif isinstance(every, str):
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", every)
         if not match:
-            raise ValueError(f"every must look like 30s, 5m, 1h or 1d, got {every!r}")
+            raise ValueError(f"{name} must look like 30s, 5m, 1h or 1d, got {every!r}")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
-        raise TypeError(f"every must be a str such as '5m', seconds or a timedelta, got {type(every).__name__}")
-    if seconds <= 0:
-        raise ValueError(f"every must be positive, got {every!r}")
+        raise TypeError(f"{name} must be a str such as '5m', seconds or a timedelta, got {type(every).__name__}")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{name} must be a positive, finite duration, got {every!r}")
     return seconds
 
 
@@ -44,10 +45,7 @@ def _with_fetched_at(frame: pl.DataFrame, fetched_at: pl.DataFrame, started: dt.
     if "fetched_at" in frame.columns:
         return frame
     round_start = pl.lit(started).cast(pl.Datetime("ms", "UTC"))
-    return (
-        frame.join(fetched_at, on="token", how="left")
-        .with_columns(pl.col("fetched_at").fill_null(round_start))
-    )
+    return frame.join(fetched_at, on="token", how="left").with_columns(pl.col("fetched_at").fill_null(round_start))
 
 
 #: Failures that no later round can mend: the key is wrong or lacks permission.

@@ -1,5 +1,6 @@
 """Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
 
+import datetime as dt
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
@@ -102,8 +103,13 @@ class RawBodies:
 class Sandbox:
     """A local fake of the DeFi Lens service, served from Rust on 127.0.0.1.
 
-    Data and faults are a deterministic function of (seed, token id); faults are drawn per
+    Data are a deterministic function of (seed, token id, time): each token follows a seeded
+    price path, and every listing value is derived from its candles. Faults are drawn per
     request, so a retry can succeed. Ids beginning with ``unknown`` get 404.
+
+    The clock is the wall clock, unless ``now`` is given: then it is simulated, starts there and
+    stands still (``speed=None``) until ``advance`` moves it, or runs ``speed`` times faster than
+    real time. ``speed`` alone runs a simulated clock from the wall clock's time.
     """
 
     def __new__(
@@ -120,9 +126,13 @@ class Sandbox:
         invalid_json_rate: float = 0.0,
         host: Optional[str] = None,
         port: Optional[int] = None,
+        now: Union[str, dt.datetime, None] = None,
+        speed: Optional[float] = None,
     ) -> Sandbox:
         """Starts serving. ``None`` means the default: latency 0 s (at most 3,600), seed 0,
-        retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535)."""
+        retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535), the
+        wall clock. ``now``: ISO 8601 text or a datetime (naive means UTC), from 2000 to 2200;
+        ``speed``: 0 to 100,000."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""
@@ -131,12 +141,24 @@ class Sandbox:
     @property
     def requests(self) -> int:
         """Number of requests served so far."""
+    @property
+    def now(self) -> dt.datetime:
+        """The Sandbox's current time (UTC)."""
+    def advance(self, step: Union[str, float, dt.timedelta]) -> dt.datetime:
+        """Moves a simulated clock forward by ``step`` (``"5m"``, ``"1h"``, ``"2d"``, seconds or a
+        timedelta) and returns the new time. ValueError for the wall clock."""
+    def candles(self, token_id: str, interval: str) -> pl.DataFrame:
+        """The last 300 closed candles of ``interval`` (``"5m"``, ``"15m"``, ``"1h"``, ``"4h"``,
+        ``"24h"``, ``"1w"``) behind the current time: ``open_time`` (Datetime UTC), ``open``,
+        ``high``, ``low``, ``close``, ``volume`` (in tokens), oldest first."""
     def stop(self) -> None:
         """Stops serving. Idempotent."""
     def __enter__(self) -> Sandbox: ...
     def __exit__(self, *_exc: object) -> bool: ...
 
-def parse_token(body: _Body, token_id: Optional[str] = None, fetched_at_ms: Optional[int] = None) -> Dict[str, pl.DataFrame]:
+def parse_token(
+    body: _Body, token_id: Optional[str] = None, fetched_at_ms: Optional[int] = None
+) -> Dict[str, pl.DataFrame]:
     """Parses one listing body into the listing frames."""
 
 def parse_tokens(
@@ -154,8 +176,8 @@ def parse_markets(
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""
 
-def sandbox_listing_body(token_id: str, seed: int = 0) -> str:
+def sandbox_listing_body(token_id: str, seed: int = 0, now: Union[str, dt.datetime, None] = None) -> str:
     """The listing body the Sandbox serves for ``token_id``."""
 
-def sandbox_markets_body(token_id: str, seed: int = 0) -> str:
+def sandbox_markets_body(token_id: str, seed: int = 0, now: Union[str, dt.datetime, None] = None) -> str:
     """The markets body the Sandbox serves for ``token_id``."""

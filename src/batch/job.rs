@@ -164,7 +164,11 @@ mod tests {
     #[cfg(feature = "sandbox")]
     #[test]
     fn frames_and_raw_bodies_follow_the_order_of_the_ids() {
-        let sandbox = crate::sandbox::Sandbox::start(crate::sandbox::SandboxConfig::default()).unwrap();
+        let sandbox = crate::sandbox::Sandbox::start(crate::sandbox::SandboxConfig {
+            clock: crate::sandbox::ClockConfig { start_ms: Some(1_795_305_600_000), speed: None },
+            ..Default::default()
+        })
+        .unwrap();
         let client = client(sandbox.url(), Settings { concurrency: Some(3), ..Default::default() });
         // More ids than the backlog holds, and an unknown one in the middle.
         let ids: Vec<String> =
@@ -184,7 +188,7 @@ mod tests {
         assert_eq!(outcome.raw.len(), 2 * known.len());
         for (index, (token, endpoint, body)) in outcome.raw.iter().enumerate() {
             assert_eq!(token, known[index / 2]);
-            let expected = crate::sandbox::body(0, endpoint, token);
+            let expected = crate::sandbox::body(0, endpoint, token, sandbox.now_ms());
             assert!(body == expected.as_bytes(), "the raw body of {token} ({endpoint:?}) changed");
         }
     }

@@ -1,6 +1,8 @@
 //! The contract's frames: their names, schemas and column builders. The only code that knows
 //! which columns a frame has and in which order; the parsers hand it one body's rows at a time.
 
+#[cfg(feature = "sandbox")]
+pub mod candles;
 pub mod columns;
 pub mod drift;
 pub mod listing;

@@ -3,14 +3,17 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyString, PyTuple};
+use pyo3_polars::PyDataFrame;
 
 use super::arguments::{integer, number};
 use crate::client::config::int_in;
-use crate::model::Endpoint;
-use crate::sandbox::{self, SandboxConfig};
+use crate::frames::candles::candles_frame;
+use crate::model::timestamp::parse_timestamp_ms;
+use crate::model::{Endpoint, INTERVALS};
+use crate::sandbox::{self, ClockConfig, SandboxConfig};
 
 /// The longest latency a Sandbox adds, in seconds.
 const MAX_LATENCY_SECS: f64 = 3_600.0;
@@ -21,6 +24,59 @@ pub struct PySandbox {
     server: Mutex<Option<sandbox::Sandbox>>,
     url: String,
     port: u16,
+    seed: u64,
+}
+
+/// A time given as ISO 8601 text or a `datetime` (naive ones are taken as UTC), in ms.
+fn time_ms(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = value.py();
+    if value.is_instance_of::<PyString>() {
+        let text: String = value.extract()?;
+        return parse_timestamp_ms(&text).map_err(|reason| {
+            PyValueError::new_err(format!(
+                "{name} must be a time such as \"2026-01-01T00:00:00Z\" ({reason}), got {text:?}"
+            ))
+        });
+    }
+    let datetime = py.import("datetime")?;
+    if !value.is_instance(&datetime.getattr("datetime")?)? {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a datetime or ISO 8601 text such as \"2026-01-01T00:00:00Z\", got {}",
+            value.get_type().name()?
+        )));
+    }
+    let value = if value.getattr("tzinfo")?.is_none() {
+        let utc = datetime.getattr("timezone")?.getattr("utc")?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("tzinfo", utc)?;
+        value.call_method("replace", (), Some(&kwargs))?
+    } else {
+        value.clone()
+    };
+    let seconds: f64 = value.call_method0("timestamp")?.extract()?;
+    Ok((seconds * 1000.0).round() as i64)
+}
+
+fn datetime_of(py: Python<'_>, ms: i64) -> PyResult<Py<PyAny>> {
+    let datetime = py.import("datetime")?;
+    let utc = datetime.getattr("timezone")?.getattr("utc")?;
+    let class = datetime.getattr("datetime")?;
+    let seconds = ms.div_euclid(1000) as f64;
+    let moment = class.call_method1("fromtimestamp", (seconds, utc))?;
+    let timedelta = datetime.getattr("timedelta")?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("milliseconds", ms.rem_euclid(1000))?;
+    Ok(moment.add(timedelta.call((), Some(&kwargs))?)?.unbind())
+}
+
+impl PySandbox {
+    fn with_server<T>(&self, action: impl FnOnce(&sandbox::Sandbox) -> T) -> PyResult<T> {
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        match server.as_ref() {
+            Some(server) => Ok(action(server)),
+            None => Err(PyRuntimeError::new_err("this Sandbox is stopped; start a new one")),
+        }
+    }
 }
 
 #[pymethods]
@@ -28,7 +84,7 @@ impl PySandbox {
     /// Numbers are checked here (TypeError / ValueError naming the argument and its range);
     /// the fault rates by `SandboxConfig`.
     #[new]
-    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None))]
+    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None, now=None, speed=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -43,6 +99,8 @@ impl PySandbox {
         invalid_json_rate: f64,
         host: Option<String>,
         port: Option<&Bound<'_, PyAny>>,
+        now: Option<&Bound<'_, PyAny>>,
+        speed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let defaults = SandboxConfig::default();
         let latency = match latency {
@@ -75,12 +133,17 @@ impl PySandbox {
             invalid_json_rate,
             host: host.unwrap_or(defaults.host),
             port: int("port", port, 0, u16::MAX.into())? as u16,
+            clock: ClockConfig {
+                start_ms: now.map(|now| time_ms("now", now)).transpose()?,
+                speed: speed.map(|speed| number("speed", speed)).transpose()?,
+            },
         };
+        let seed = config.seed;
         let server = py.detach(|| sandbox::Sandbox::start(config)).map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
             _ => PyRuntimeError::new_err(format!("could not start the Sandbox: {e}")),
         })?;
-        Ok(PySandbox { url: server.url(), port: server.port(), server: Mutex::new(Some(server)) })
+        Ok(PySandbox { url: server.url(), port: server.port(), seed, server: Mutex::new(Some(server)) })
     }
 
     /// Base URL to pass as `base_url=`.
@@ -98,6 +161,40 @@ impl PySandbox {
     #[getter]
     fn requests(&self) -> u64 {
         self.server.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |s| s.requests())
+    }
+
+    /// The Sandbox's current time (UTC): the wall clock, or the simulated clock given by `now=`.
+    #[getter]
+    fn now(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let ms = self.with_server(|server| server.now_ms())?;
+        datetime_of(py, ms)
+    }
+
+    /// Moves a simulated clock forward by `step` ("5m", "1h", "2d", seconds or a timedelta)
+    /// and returns the new time. Bodies change as candles close: every 5 minutes for the
+    /// listing's 5m figures, every hour for the 1h ones, and so on.
+    fn advance(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let seconds: f64 = py.import("defilens._collect")?.call_method1("parse_every", (step, "step"))?.extract()?;
+        let ms = (seconds * 1000.0).round() as i64;
+        let now = self.with_server(|server| server.advance(ms))?.map_err(PyValueError::new_err)?;
+        datetime_of(py, now)
+    }
+
+    /// The closed candles of `interval` behind the current time (the last 300, oldest first),
+    /// as a DataFrame with `open_time`, `open`, `high`, `low`, `close` and `volume` (in tokens):
+    /// the candles every indicator of the listing is computed from.
+    fn candles(&self, py: Python<'_>, token_id: &str, interval: &str) -> PyResult<PyDataFrame> {
+        if token_id.starts_with("unknown") {
+            return Err(PyValueError::new_err(format!(
+                "{token_id:?} is not listed: the Sandbox answers 404 for ids beginning with \"unknown\""
+            )));
+        }
+        let seed = self.seed;
+        let now = self.with_server(|server| server.now_ms())?;
+        let candles = py
+            .detach(|| sandbox::candles(seed, token_id, interval, now))
+            .ok_or_else(|| PyValueError::new_err(format!("interval must be one of {INTERVALS:?}, got {interval:?}")))?;
+        Ok(PyDataFrame(candles_frame(&candles)))
     }
 
     /// Stops serving. Idempotent.
@@ -123,16 +220,25 @@ impl PySandbox {
     }
 }
 
-/// The body the Sandbox serves for a listing request (deterministic in seed and token).
-#[pyfunction]
-#[pyo3(signature = (token_id, seed=0))]
-pub(super) fn sandbox_listing_body(token_id: &str, seed: u64) -> String {
-    sandbox::body(seed, Endpoint::Listing, token_id)
+fn body_at(endpoint: Endpoint, token_id: &str, seed: u64, now: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    let now_ms = match now {
+        Some(now) => time_ms("now", now)?,
+        None => sandbox::wall_clock_ms(),
+    };
+    ClockConfig { start_ms: Some(now_ms), speed: None }.validate().map_err(PyValueError::new_err)?;
+    Ok(sandbox::body(seed, endpoint, token_id, now_ms))
 }
 
-/// The body the Sandbox serves for a markets request.
+/// The body the Sandbox serves for a listing request at `now` (default: the wall clock).
 #[pyfunction]
-#[pyo3(signature = (token_id, seed=0))]
-pub(super) fn sandbox_markets_body(token_id: &str, seed: u64) -> String {
-    sandbox::body(seed, Endpoint::Markets, token_id)
+#[pyo3(signature = (token_id, seed=0, now=None))]
+pub(super) fn sandbox_listing_body(token_id: &str, seed: u64, now: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    body_at(Endpoint::Listing, token_id, seed, now)
+}
+
+/// The body the Sandbox serves for a markets request at `now` (default: the wall clock).
+#[pyfunction]
+#[pyo3(signature = (token_id, seed=0, now=None))]
+pub(super) fn sandbox_markets_body(token_id: &str, seed: u64, now: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    body_at(Endpoint::Markets, token_id, seed, now)
 }

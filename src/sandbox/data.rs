@@ -87,64 +87,6 @@ pub(super) const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
 /// Intervals of the grouped chart-pattern fields: 4h instead of 1w, as the service does.
 pub(super) const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
 
-pub(super) const SINGLE_CANDLES: &[&str] = &[
-    "bullish_hammer",
-    "bullish_inverted_hammer",
-    "basic_doji",
-    "dragonfly_doji",
-    "gravestone_doji",
-    "bearish_shooting_star",
-    "bearish_hanging_man",
-    "bullish_marubozu",
-    "bearish_marubozu",
-];
-pub(super) const DOUBLE_CANDLES: &[&str] = &[
-    "bullish_engulfing",
-    "bearish_engulfing",
-    "bullish_harami",
-    "bearish_harami",
-    "tweezer_top",
-    "tweezer_bottom",
-    "piercing_line",
-    "dark_cloud_cover",
-];
-pub(super) const TRIPLE_CANDLES: &[&str] = &[
-    "morning_star",
-    "evening_star",
-    "three_white_soldiers",
-    "three_black_crows",
-    "three_inside_up",
-    "three_inside_down",
-];
-pub(super) const SUMMARY_CANDLES: &[&str] = &[
-    "bullish_hammer",
-    "bullish_inverted_hammer",
-    "basic_doji",
-    "bearish_engulfing",
-    "bullish_engulfing",
-    "morning_star",
-    "evening_star",
-    "three_white_soldiers",
-];
-pub(super) const CHART_PATTERNS: &[&str] = &[
-    "Ascending Triangle",
-    "Descending Triangle",
-    "Symmetrical Triangle",
-    "Wedge Up",
-    "Wedge Down",
-    "Channel Up",
-    "Channel Down",
-    "Head and Shoulders",
-    "Double Bottom",
-    "Double Top",
-];
-pub(super) const TRIANGLES: &[&str] = &["ascending_triangle", "descending_triangle", "symmetrical_triangle"];
-pub(super) const HEAD_SHOULDERS: &[&str] = &["head_and_shoulders", "inverse_head_and_shoulders"];
-pub(super) const MULTIPLE_TOPS_BOTTOMS: &[&str] = &["triple_top", "triple_bottom", "multiple_top", "multiple_bottom"];
-pub(super) const DOUBLE_TOPS_BOTTOMS: &[&str] = &["double_bottom", "double_top"];
-pub(super) const WEDGES: &[&str] = &["rising_wedge", "falling_wedge"];
-pub(super) const CHANNELS: &[&str] = &["ascending_channel", "descending_channel", "horizontal_channel"];
-
 pub(super) const CATEGORIES: &[&str] = &[
     "Layer 1",
     "Smart Contract Platform",
@@ -174,7 +116,6 @@ pub(super) const EXCHANGES: &[&str] = &[
     "Crypto.com Exchange",
 ];
 pub(super) const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
-pub(super) const PATTERN_EMPTY_SHARE: f64 = 0.4;
 
 /// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
 /// first letters.
@@ -190,9 +131,6 @@ pub(super) const KNOWN_SYMBOLS: &[(&str, &str)] = &[
     ("cardano", "ADA"),
     ("chainlink", "LINK"),
 ];
-
-/// 2026-11-22T00:00:00Z in milliseconds: the Sandbox's "now", so bodies never depend on the clock.
-pub(super) const SANDBOX_NOW_MS: i64 = 1_795_305_600_000;
 
 pub(super) fn json_string(text: &str) -> String {
     // Serialising a &str cannot fail; the fallback only keeps the output valid JSON regardless.
@@ -270,32 +208,20 @@ pub(super) fn display_name(token: &str) -> String {
     }
 }
 
-/// Decimal places that keep about six significant digits for a price of this size.
-pub(super) fn price_decimals(price: f64) -> usize {
-    match price {
-        p if p >= 1000.0 => 2,
-        p if p >= 1.0 => 4,
-        p if p >= 0.01 => 6,
-        _ => 8,
-    }
-}
-
-/// The token's price, as the decimal string `current_price` carries and as a number (the value
-/// of that string), shared by both endpoints so market prices sit around it.
-pub(super) fn price_of(seed: u64, token: &str) -> (String, f64) {
-    let mut rng = Rng::new(seed, token, "price");
-    let raw = 10f64.powf(rng.range(-4.0, 5.0));
-    let text = format!("{:.*}", price_decimals(raw), raw);
-    let value = text.parse().unwrap_or(raw);
-    (text, value)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::listing_body::listing_body;
-    use crate::sandbox::markets_body::markets_body;
     use serde_json::Value;
+
+    const NOW: i64 = 1_795_305_600_000; // 2026-11-22T00:00:00Z
+
+    fn listing_body(seed: u64, token: &str) -> String {
+        crate::sandbox::listing_body::listing_body(seed, token, NOW)
+    }
+
+    fn markets_body(seed: u64, token: &str) -> String {
+        crate::sandbox::markets_body::markets_body(seed, token, NOW)
+    }
 
     fn parse(body: &str) -> Value {
         serde_json::from_str(body).unwrap_or_else(|e| panic!("invalid JSON ({e}): {body}"))
@@ -526,14 +452,5 @@ mod tests {
             })
             .count();
         assert!((15..80).contains(&larger), "{larger} of 200");
-    }
-
-    #[test]
-    fn prices_keep_significant_digits() {
-        for i in 0..200 {
-            let (text, value) = price_of(0, &format!("p{i}"));
-            assert!(value > 0.0, "{text}");
-            assert_eq!(text.parse::<f64>().ok(), Some(value));
-        }
     }
 }

@@ -1,17 +1,43 @@
-//! The Sandbox's listing body for any (seed, token id).
+//! The Sandbox's listing body for any (seed, token id, time): every figure is read off the
+//! token's market (`super::market`) at the last 5-minute close.
 
 use std::fmt::Write;
 
 use super::data::*;
+use super::market::indicators::{bollinger, macd, rsi, sma};
+use super::market::patterns::{detect, Detected};
+use super::market::universe::{market_cap_rank, TOTAL_MARKET_CAP};
+use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// Writes `"key":value,` with the shortest text that reads back as the same double (`null` for
+/// a value that is not finite, which the market never makes).
+fn number(out: &mut String, key: &str, value: f64) {
+    if value.is_finite() {
+        let _ = write!(out, "\"{key}\":{value},");
+    } else {
+        let _ = write!(out, "\"{key}\":null,");
+    }
+}
+
+fn percent_change(now: f64, before: f64) -> f64 {
+    (now / before - 1.0) * 100.0
+}
 
 /// The listing body (`{"data": {...}, "generalInfo": {...}}`) with every field family of the
 /// service reference, including its quirks: `current_price` and `macd_<i>` as text,
 /// `number_of_holders` null, `ohlc_updated_time` empty, 4h only on the grouped pattern fields.
-pub fn listing_body(seed: u64, token: &str) -> String {
+pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
+    let market = TokenMarket::new(seed, token);
+    let profile = &market.profile;
+    // Figures that belong to the token rather than the moment (its categories, links, ...).
     let mut rng = Rng::new(seed, token, "listing");
-    let (price_text, price) = price_of(seed, token);
-    let decimals = price_decimals(price);
+    let at = last_close_ms(now_ms);
+    let decimals = profile.decimals as usize;
+    let price = market.price_at(at);
     let id = json_string(token);
     let name = display_name(token);
     let site = url_slug(seed, token);
@@ -19,15 +45,41 @@ pub fn listing_body(seed: u64, token: &str) -> String {
     let tags: Vec<String> = categories.iter().map(|c| slug(c)).collect();
     let exchanges = rng.some_of(EXCHANGES, 6, 0.05);
 
-    let circulating = rng.range(1e6, 1e11).round();
-    let total_supply = (circulating * rng.range(1.0, 1.5)).round();
-    let infinite_supply = rng.chance(0.2);
-    let max_supply = if infinite_supply { 0.0 } else { (total_supply * rng.range(1.0, 1.5)).round() };
+    let circulating = profile.circulating_supply(at);
+    let total_supply = (circulating * profile.total_over_circulating).round();
+    let max_supply = profile.max_over_total.map(|ratio| (total_supply * ratio).round());
     let market_cap = price * circulating;
-    // Within the last few days of the Sandbox's "now" (always in 2026).
-    let updated_ms = SANDBOX_NOW_MS - rng.below(3 * 86_400_000) as i64;
+    let change = |window_ms: i64| percent_change(price, market.price_at(at - window_ms));
+    let cap_change = |window_ms: i64| percent_change(market_cap, market.market_cap_at(at - window_ms));
+    let volume_change = |window_ms: i64| {
+        percent_change(
+            market.volume_between(at - window_ms, at),
+            market.volume_between(at - 2 * window_ms, at - window_ms),
+        )
+    };
 
-    let mut out = String::with_capacity(8192);
+    let mut series: Vec<(&str, Vec<Candle>, Detected)> = Vec::with_capacity(6);
+    for interval in ["5m", "15m", "1h", "4h", "24h", "1w"] {
+        let level = level_of(interval).unwrap_or_default();
+        let candles = market.candles(level, now_ms, HISTORY);
+        let found = detect(&candles);
+        series.push((interval, candles, found));
+    }
+    let find = |interval: &str| series.iter().find(|(name, ..)| *name == interval);
+    let candles_of = |interval: &str| find(interval).map_or(&[][..], |(_, candles, _)| candles.as_slice());
+    let no_patterns = Detected::default();
+    let patterns_of = |interval: &str| find(interval).map_or(&no_patterns, |(.., found)| found);
+    let ath = series.iter().flat_map(|(_, c, _)| c.iter().map(|c| c.high)).fold(price, f64::max);
+    let atl = series.iter().flat_map(|(_, c, _)| c.iter().map(|c| c.low)).fold(price, f64::min);
+    let day_volatility = {
+        let closes: Vec<f64> = candles_of("5m").iter().rev().take(289).map(|c| c.close).collect();
+        let returns: Vec<f64> = closes.windows(2).map(|pair| (pair[0] / pair[1]).ln()).collect();
+        let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+        let variance = returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / returns.len().max(1) as f64;
+        (variance * returns.len() as f64).sqrt() * 100.0
+    };
+
+    let mut out = String::with_capacity(12_288);
     let o = &mut out;
     let _ = write!(
         o,
@@ -43,37 +95,33 @@ pub fn listing_body(seed: u64, token: &str) -> String {
         json_list(&tags),
         json_list(&exchanges)
     );
-    let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{infinite_supply},", !rng.chance(0.05));
+    let _ = write!(o, "\"is_active\":{},\"infinite_supply\":{},", !rng.chance(0.05), max_supply.is_none());
+    let updated = format_iso_timestamp(at);
+    let _ = write!(o, "\"last_updated\":\"{updated}\",\"updated_at\":\"{updated}\",\"ohlc_updated_time\":\"\",");
+
+    let _ = write!(o, "\"current_price\":\"{price:.decimals$}\",");
     let _ = write!(
         o,
-        "\"last_updated\":\"{}\",\"updated_at\":\"{}\",\"ohlc_updated_time\":\"\",",
-        format_iso_timestamp(updated_ms),
-        format_iso_timestamp(updated_ms + rng.below(60_000) as i64)
+        "\"circulating_supply\":{circulating:.0},\"total_supply\":{total_supply:.0},\"max_supply\":{:.0},",
+        max_supply.unwrap_or(0.0)
     );
-
-    let _ = write!(o, "\"current_price\":\"{price_text}\",\"circulating_supply\":{circulating:.0},\"total_supply\":{total_supply:.0},\"max_supply\":{max_supply:.0},");
     let _ = write!(
         o,
         "\"fully_diluted_valuation\":{:.2},\"market_cap\":{market_cap:.2},\"market_cap_rank\":{},",
-        price * total_supply,
-        1 + rng.below(5000)
+        price * max_supply.unwrap_or(total_supply),
+        market_cap_rank(market_cap)
     );
     let _ = write!(
         o,
         "\"market_cap_dominance\":{:.4},\"total_volume\":{:.2},",
-        rng.range(0.0, 55.0),
-        market_cap * rng.range(0.01, 0.3)
+        market_cap / TOTAL_MARKET_CAP * 100.0,
+        market.volume_between(at - DAY_MS, at) * price
     );
     let _ = write!(
         o,
-        "\"ath\":{:.*},\"atl\":{:.*},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{:.3},",
-        decimals,
-        price * rng.range(1.0, 3.0),
-        decimals + 2,
-        price * rng.range(0.001, 0.5),
+        "\"ath\":{ath:.decimals$},\"atl\":{atl:.decimals$},\"apy\":{:.2},\"tvl\":{:.2},\"day_volatility\":{day_volatility:.3},",
         rng.range(0.0, 12.0),
-        market_cap * rng.range(0.0, 0.1),
-        rng.range(0.1, 12.0)
+        market_cap * rng.range(0.0, 0.1)
     );
     let _ = write!(o, "\"github_commit\":{},\"number_of_holders\":null,", rng.below(60_000));
     if rng.chance(0.5) {
@@ -82,84 +130,89 @@ pub fn listing_body(seed: u64, token: &str) -> String {
         let _ = write!(o, "\"holders_change_percentage_24h\":{:.3},", rng.range(-2.0, 2.0));
     }
 
-    for field in [
-        "market_cap_change_percentage_24h",
-        "market_cap_change_percentage_1w",
-        "market_cap_percentage_change_7d",
-        "price_change_percentage_24h",
-        "price_percent_change_1h",
-        "price_percent_change_24h",
-        "price_percent_change_7d",
-        "price_percent_change_30d",
-        "price_percent_change_60d",
-        "price_percent_change_90d",
-        "price_percent_change_1w",
-        "volume_change_24h",
-        "volume_change_1w",
-        "volume_percentage_change_7d",
-        "supply_percentage_change_24h",
+    for (field, value) in [
+        ("market_cap_change_percentage_24h", cap_change(DAY_MS)),
+        ("market_cap_change_percentage_1w", cap_change(7 * DAY_MS)),
+        ("market_cap_percentage_change_7d", cap_change(7 * DAY_MS)),
+        ("price_change_percentage_24h", change(DAY_MS)),
+        ("price_percent_change_1h", change(HOUR_MS)),
+        ("price_percent_change_24h", change(DAY_MS)),
+        ("price_percent_change_7d", change(7 * DAY_MS)),
+        ("price_percent_change_30d", change(30 * DAY_MS)),
+        ("price_percent_change_60d", change(60 * DAY_MS)),
+        ("price_percent_change_90d", change(90 * DAY_MS)),
+        ("price_percent_change_1w", change(7 * DAY_MS)),
+        ("volume_change_24h", volume_change(DAY_MS)),
+        ("volume_change_1w", volume_change(7 * DAY_MS)),
+        ("volume_percentage_change_7d", volume_change(7 * DAY_MS)),
+        ("supply_percentage_change_24h", percent_change(circulating, profile.circulating_supply(at - DAY_MS))),
     ] {
-        let _ = write!(o, "\"{field}\":{:.4},", rng.range(-25.0, 25.0));
+        let _ = write!(o, "\"{field}\":{value:.4},");
     }
 
-    let open_interest = market_cap * rng.range(0.001, 0.05);
-    let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{:.6},", rng.range(-0.001, 0.001));
-    for window in ["1h", "4h", "24h"] {
+    // Derivatives follow the price: open interest swells with a rally, funding and the
+    // long/short ratio lean with the last moves, and liquidations hit the side the market moved
+    // against.
+    let open_interest = market_cap * rng.range(0.001, 0.05) * (1.0 + 0.5 * (change(DAY_MS) / 10.0).tanh());
+    let funding_rate = 0.0001 + 0.0005 * (change(8 * HOUR_MS) / 2.0).tanh();
+    let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{funding_rate:.6},");
+    for (window, window_ms) in [("1h", HOUR_MS), ("4h", 4 * HOUR_MS), ("24h", DAY_MS)] {
+        let moved = change(window_ms);
         let _ = write!(
             o,
             "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},",
-            rng.range(-10.0, 10.0),
-            rng.range(0.5, 2.0)
+            0.6 * moved,
+            (0.5 * (moved / 5.0).tanh()).exp()
         );
         let _ = write!(
             o,
             "\"long_liquidation_{window}\":{:.2},\"short_liquidation_{window}\":{:.2},",
-            open_interest * rng.range(0.0, 0.01),
-            open_interest * rng.range(0.0, 0.01)
+            open_interest * 0.002 * (-moved).max(0.0),
+            open_interest * 0.002 * moved.max(0.0)
         );
     }
 
-    for (step, interval) in TA_INTERVALS.iter().enumerate() {
+    for interval in TA_INTERVALS {
+        let candles = candles_of(interval);
+        let closes: Vec<f64> = candles.iter().map(|c| c.close).collect();
         for period in [7, 14, 25] {
-            let _ = write!(o, "\"rsi{period}_{interval}\":{:.4},", rng.range(5.0, 95.0));
+            number(o, &format!("rsi{period}_{interval}"), rsi(&closes, period));
         }
-        for period in [5, 20, 100] {
-            let _ = write!(o, "\"sma{period}_{interval}\":{:.*},", decimals + 2, price * rng.range(0.9, 1.1));
-        }
-        let middle = price * rng.range(0.95, 1.05);
-        let width = middle * rng.range(0.01, 0.1);
-        let _ = write!(
-            o,
-            "\"upper_bband_{interval}\":{:.p$},\"middle_bband_{interval}\":{middle:.p$},\"lower_bband_{interval}\":{:.p$},",
-            middle + width,
-            middle - width,
-            p = decimals + 2
-        );
-        let macd = if rng.chance(0.5) { "Cross Above" } else { "Cross Below" };
-        let _ = write!(o, "\"macd_{interval}\":\"{macd}\",");
-        let ta_updated_ms = SANDBOX_NOW_MS - (step as i64 + 1) * 300_000 - rng.below(60) as i64 * 1000;
-        let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(ta_updated_ms));
+        // `middle_bband` is `sma20` by definition: one number, written twice.
+        let bands = bollinger(&closes, 20, 2.0);
+        number(o, &format!("sma5_{interval}"), sma(&closes, 5));
+        number(o, &format!("sma20_{interval}"), bands.middle);
+        number(o, &format!("sma100_{interval}"), sma(&closes, 100));
+        number(o, &format!("upper_bband_{interval}"), bands.upper);
+        number(o, &format!("middle_bband_{interval}"), bands.middle);
+        number(o, &format!("lower_bband_{interval}"), bands.lower);
+        let above = macd(&closes, 12, 26, 9).is_some_and(|(line, signal)| line > signal);
+        let _ = write!(o, "\"macd_{interval}\":\"{}\",", if above { "Cross Above" } else { "Cross Below" });
+        let level = level_of(interval).unwrap_or_default();
+        let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
+        let found = patterns_of(interval);
         for (family, names) in [
-            ("single_pattern", SINGLE_CANDLES),
-            ("double_pattern", DOUBLE_CANDLES),
-            ("tripple_pattern", TRIPLE_CANDLES),
-            ("chartpattern", CHART_PATTERNS),
-            ("candlestick_pattern", SUMMARY_CANDLES),
+            ("single_pattern", &found.single),
+            ("double_pattern", &found.double),
+            ("tripple_pattern", &found.triple),
+            ("chartpattern", &found.chart),
+            ("candlestick_pattern", &found.summary),
         ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 3, PATTERN_EMPTY_SHARE)));
+            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(names));
         }
     }
 
     for interval in GROUPED_INTERVALS {
+        let found = patterns_of(interval);
         for (family, names) in [
-            ("triangle_pattern", TRIANGLES),
-            ("head_shoulder_pattern", HEAD_SHOULDERS),
-            ("multiple_top_bottom_pattern", MULTIPLE_TOPS_BOTTOMS),
-            ("double_top_bottom_pattern", DOUBLE_TOPS_BOTTOMS),
-            ("wedge_pattern", WEDGES),
-            ("channel_pattern", CHANNELS),
+            ("triangle_pattern", &found.triangle),
+            ("head_shoulder_pattern", &found.head_shoulder),
+            ("multiple_top_bottom_pattern", &found.multiple_top_bottom),
+            ("double_top_bottom_pattern", &found.double_top_bottom),
+            ("wedge_pattern", &found.wedge),
+            ("channel_pattern", &found.channel),
         ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(&rng.some_of(names, 1, 0.6)));
+            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(names));
         }
     }
     o.pop(); // the comma after the last field

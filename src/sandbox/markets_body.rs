@@ -1,21 +1,34 @@
-//! The Sandbox's markets body for any (seed, token id).
+//! The Sandbox's markets body for any (seed, token id, time).
 
 use std::fmt::Write;
 
 use super::data::*;
+use super::market::{last_close_ms, TokenMarket};
 
-/// The markets body (`{"data": [...], "total": N}`): 3 to 30 entries with distinct
-/// (exchange, quote) pairs around the listing's price. About one token in five reports a `total`
-/// larger than the list, as the service sometimes does.
-pub fn markets_body(seed: u64, token: &str) -> String {
+const DAY_MS: i64 = 86_400_000;
+
+/// The markets body (`{"data": [...], "total": N}`). The token trades on `total` (exchange,
+/// quote) pairs; the body lists the busiest ones first, 3 to 30 of them, and about one token in
+/// five has more pairs than the body lists, as the service sometimes does. Volume shares add up
+/// to 100% over all pairs; their volumes add up to the token's 24-hour volume; each pair's price
+/// sits within half a percent of the token's; depth on each side and the liquidity score rise
+/// with the pair's volume.
+pub fn markets_body(seed: u64, token: &str, now_ms: i64) -> String {
+    let market = TokenMarket::new(seed, token);
     let mut rng = Rng::new(seed, token, "markets");
-    let (_, price) = price_of(seed, token);
-    let decimals = price_decimals(price) + 2;
+    let at = last_close_ms(now_ms);
+    let price = market.price_at(at);
+    let decimals = market.profile.decimals as usize + 2;
     let symbol = symbol_of(token);
-    let count = 3 + rng.below(28);
-    let shares: Vec<f64> = (0..count).map(|_| rng.range(0.05, 1.0).powi(3)).collect();
+    let listed = 3 + rng.below(28);
+    let total = if rng.chance(0.2) { listed + 1 + rng.below(40) } else { listed };
+    // Which pairs a token trades on, and each pair's share, are the token's own; the moment
+    // moves prices and volumes around them.
+    let mut shares: Vec<f64> = (0..total).map(|_| rng.range(0.05, 1.0).powi(3)).collect();
+    shares.sort_by(|a, b| b.total_cmp(a));
     let share_total: f64 = shares.iter().sum();
-    let total_volume = rng.range(1e5, 1e10);
+    let volume_24h = market.volume_between(at - DAY_MS, at) * price;
+    let mut moment = Rng::new(seed ^ at as u64, token, "markets-moment");
 
     // Walk the (exchange, quote) grid from a random start with a stride coprime to its size, so
     // pairs never repeat within a body.
@@ -23,18 +36,23 @@ pub fn markets_body(seed: u64, token: &str) -> String {
     let start = rng.below(pair_count);
     let stride = [7, 11, 13, 17, 19, 23][rng.below(6)];
 
-    let mut out = String::with_capacity(count * 480 + 32);
+    let mut out = String::with_capacity(listed * 480 + 32);
     out.push_str("{\"data\":[");
-    for (i, share) in shares.iter().enumerate() {
+    for (i, share) in shares.iter().take(listed).enumerate() {
         if i > 0 {
             out.push(',');
         }
-        let pair_index = (start + i * stride) % pair_count;
+        let pair_index = (start + (i * stride) % pair_count) % pair_count;
         let exchange = EXCHANGES[pair_index / QUOTES.len()];
         let quote = QUOTES[pair_index % QUOTES.len()];
         let exchange_slug = slug(exchange);
         let volume_percent = share / share_total * 100.0;
-        let volume_usd = total_volume * volume_percent / 100.0;
+        let volume_usd = volume_24h * share / share_total;
+        // Depth is a slice of the pair's daily volume; the score is its logarithm on 0..1000.
+        let depth_ratio = rng.range(0.01, 0.04);
+        let depth_up = volume_usd * depth_ratio * moment.range(0.9, 1.1);
+        let depth_down = volume_usd * depth_ratio * moment.range(0.9, 1.1);
+        let liquidity_score = ((((depth_up + depth_down) / 2.0).max(1.0).log10() * 110.0) as u64).min(1000);
         let _ = write!(
             out,
             "{{\"id\":\"{:016x}\",\"exchangeName\":{},\"exchangeImage\":\"https://assets.sandbox.defilens.example/exchanges/{exchange_slug}.png\",",
@@ -48,16 +66,12 @@ pub fn markets_body(seed: u64, token: &str) -> String {
         );
         let _ = write!(
             out,
-            "\"price\":{:.*},\"volumeUsd\":{volume_usd:.2},\"liquidity_score\":{},\"depthUsdPositiveTwo\":{:.2},\"depthUsdNegativeTwo\":{:.2},\"volumePercent\":{volume_percent:.4},\"marketReputation\":{}}}",
+            "\"price\":{:.*},\"volumeUsd\":{volume_usd:.2},\"liquidity_score\":{liquidity_score},\"depthUsdPositiveTwo\":{depth_up:.2},\"depthUsdNegativeTwo\":{depth_down:.2},\"volumePercent\":{volume_percent:.4},\"marketReputation\":{}}}",
             decimals,
-            price * rng.range(0.995, 1.005),
-            rng.below(1001),
-            volume_usd * rng.range(0.001, 0.05),
-            volume_usd * rng.range(0.001, 0.05),
+            price * (1.0 + moment.range(-0.005, 0.005)),
             rng.below(6)
         );
     }
-    let total = if rng.chance(0.2) { count + 1 + rng.below(40) } else { count };
     let _ = write!(out, "],\"total\":{total}}}");
     out
 }

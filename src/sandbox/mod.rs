@@ -2,7 +2,9 @@
 //! users' tests. It is not part of the client: no other module imports it, and it is compiled
 //! only with the `sandbox` feature (which the wheel turns on).
 //!
-//! Data and faults are deterministic in (seed, token id). Each (endpoint, token) pair has an
+//! Data are a deterministic function of (seed, token id, time): `market` gives each token a price
+//! path and derives candles, indicators and patterns from it; `clock` says what time it is (the
+//! wall clock, or a simulated one). Faults are deterministic in (seed, token id, attempt). Each (endpoint, token) pair has an
 //! attempt counter; attempt `n` draws its fault from a hash of (seed, endpoint, token, n), so a
 //! run is repeatable and a retry can succeed.
 //!
@@ -20,8 +22,10 @@
 //!    or an overloaded server does not know which tokens exist;
 //! 7. the data.
 
+mod clock;
 mod data;
 mod listing_body;
+mod market;
 mod markets_body;
 mod precise_timer;
 mod responses;
@@ -36,6 +40,10 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
+#[cfg(feature = "python")]
+pub use clock::wall_clock_ms;
+pub use clock::ClockConfig;
+pub use market::{level_of, Candle, HISTORY};
 pub use responses::body;
 
 use crate::runtime::runtime;
@@ -68,6 +76,7 @@ pub struct SandboxConfig {
     pub host: String,
     /// 0 picks a free port.
     pub port: u16,
+    pub clock: ClockConfig,
 }
 
 impl Default for SandboxConfig {
@@ -84,6 +93,7 @@ impl Default for SandboxConfig {
             invalid_json_rate: 0.0,
             host: "127.0.0.1".into(),
             port: 0,
+            clock: ClockConfig::WALL,
         }
     }
 }
@@ -108,6 +118,7 @@ impl SandboxConfig {
                 return invalid(format!("{name} must be between 0 and 1, got {rate}"));
             }
         }
+        self.clock.validate().or_else(invalid)?;
         let sum: f64 = ranges.iter().map(|(_, rate, _)| rate).sum();
         // A little slack so that rates such as 0.1 + 0.2 + 0.7 are not refused for rounding.
         if sum > 1.0 + 1e-9 {
@@ -165,6 +176,22 @@ impl Sandbox {
         self.shared.requests.load(Ordering::Relaxed)
     }
 
+    /// The Sandbox's time, in milliseconds since the epoch (UTC).
+    pub fn now_ms(&self) -> i64 {
+        self.shared.clock.now_ms()
+    }
+
+    /// Moves a simulated clock forward by `ms`; returns the new time.
+    pub fn advance(&self, ms: i64) -> Result<i64, String> {
+        self.shared.clock.advance(ms)
+    }
+
+    /// The closed candles of `interval` (`"5m"` ... `"1w"`) behind the current time, oldest
+    /// first: the candles the listing's indicators are computed from.
+    pub fn candles(&self, token: &str, interval: &str) -> Option<Vec<Candle>> {
+        candles(self.shared.config.seed, token, interval, self.now_ms())
+    }
+
     /// Stops accepting, closes every open connection and waits (briefly) until they are closed,
     /// so that the port refuses connections when this returns. Idempotent.
     pub fn stop(&mut self) {
@@ -195,6 +222,12 @@ impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sandbox").field("url", &self.url()).field("requests", &self.requests()).finish()
     }
+}
+
+/// The closed candles of `interval` at `now_ms` for (seed, token); `None` for an unknown interval.
+pub fn candles(seed: u64, token: &str, interval: &str, now_ms: i64) -> Option<Vec<Candle>> {
+    let level = level_of(interval)?;
+    Some(market::TokenMarket::new(seed, token).candles(level, now_ms, HISTORY))
 }
 
 /// Binds the first address `host` resolves to that accepts the bind.

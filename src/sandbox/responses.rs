@@ -5,8 +5,12 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
+use bytes::Bytes;
+
+use super::clock::Clock;
 use super::data::{stable_hash, unit_interval};
 use super::listing_body::listing_body;
+use super::market::last_close_ms;
 use super::markets_body::markets_body;
 use super::SandboxConfig;
 use crate::model::Endpoint;
@@ -56,15 +60,61 @@ impl AttemptCounters {
     }
 }
 
+/// Bodies already built for the current 5-minute candle: a body depends on (endpoint, token,
+/// last close) only, and building one derives six candle series, so repeated requests (benchmark
+/// rounds, retries, a simulated clock standing still) are served from here.
+struct BodyCache {
+    shards: Vec<Mutex<BodyShard>>,
+}
+
+/// (endpoint, token) -> (the close the body describes, the body).
+type BodyShard = HashMap<(Endpoint, String), (i64, Bytes)>;
+
+/// Entries per shard before the shard is emptied (about 64 MB of bodies in all).
+const CACHED_PER_SHARD: usize = 256;
+const CACHE_SHARDS: usize = 32;
+
+impl BodyCache {
+    fn new() -> Self {
+        Self { shards: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+
+    fn get_or_build(&self, endpoint: Endpoint, token: &str, close_ms: i64, build: impl FnOnce() -> String) -> Bytes {
+        let shard = &self.shards[(stable_hash(1, &[token.as_bytes()]) % CACHE_SHARDS as u64) as usize];
+        let key = (endpoint, token.to_owned());
+        if let Some((cached_at, body)) = shard.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            if *cached_at == close_ms {
+                return body.clone();
+            }
+        }
+        let body = Bytes::from(build());
+        let mut entries = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHED_PER_SHARD {
+            entries.clear();
+        }
+        entries.insert(key, (close_ms, body.clone()));
+        body
+    }
+}
+
 pub(super) struct Shared {
     pub(super) config: SandboxConfig,
     pub(super) requests: AtomicU64,
+    pub(super) clock: Clock,
     attempts: AttemptCounters,
+    bodies: BodyCache,
 }
 
 impl Shared {
     pub(super) fn new(config: SandboxConfig) -> Self {
-        Shared { config, requests: AtomicU64::new(0), attempts: AttemptCounters::new() }
+        let clock = Clock::new(config.clock);
+        Shared {
+            config,
+            requests: AtomicU64::new(0),
+            clock,
+            attempts: AttemptCounters::new(),
+            bodies: BodyCache::new(),
+        }
     }
 
     fn draw_fault(&self, endpoint: Endpoint, token: &str, attempt: u32) -> Option<Fault> {
@@ -148,15 +198,15 @@ pub(super) enum Delivery {
 
 pub(super) struct Reply {
     pub(super) status: u16,
-    pub(super) body: String,
+    pub(super) body: Bytes,
     pub(super) attempt: Option<u32>,
     pub(super) retry_after: Option<u64>,
     pub(super) delivery: Delivery,
 }
 
 impl Reply {
-    pub(super) fn ok(body: String) -> Self {
-        Reply { status: 200, body, attempt: None, retry_after: None, delivery: Delivery::Complete }
+    pub(super) fn ok(body: impl Into<Bytes>) -> Self {
+        Reply { status: 200, body: body.into(), attempt: None, retry_after: None, delivery: Delivery::Complete }
     }
 
     pub(super) fn error(status: u16, message: &str) -> Self {
@@ -204,7 +254,13 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
             let mut reply = if token.starts_with("unknown") {
                 Reply::error(404, "not found")
             } else {
-                Reply::ok(body(config.seed, endpoint, &token))
+                let now_ms = shared.clock.now_ms();
+                let close_ms = last_close_ms(now_ms);
+                Reply::ok(
+                    shared
+                        .bodies
+                        .get_or_build(endpoint, &token, close_ms, || body(config.seed, endpoint, &token, now_ms)),
+                )
             };
             if fault == Some(Fault::Truncate) {
                 reply.delivery = Delivery::Truncated;
@@ -216,10 +272,10 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
     reply
 }
 
-/// The body the Sandbox serves for `token` at `endpoint`.
-pub fn body(seed: u64, endpoint: Endpoint, token: &str) -> String {
+/// The body the Sandbox serves for `token` at `endpoint` when its clock reads `now_ms`.
+pub fn body(seed: u64, endpoint: Endpoint, token: &str, now_ms: i64) -> String {
     match endpoint {
-        Endpoint::Listing => listing_body(seed, token),
-        Endpoint::Markets => markets_body(seed, token),
+        Endpoint::Listing => listing_body(seed, token, now_ms),
+        Endpoint::Markets => markets_body(seed, token, now_ms),
     }
 }

@@ -128,7 +128,7 @@ async fn discard(mut body: Incoming) {
 }
 
 fn response(reply: Reply, keep_alive: bool) -> Result<Response<ReplyBody>, DropConnection> {
-    let body = Bytes::from(reply.body);
+    let body = reply.body;
     let body = match reply.delivery {
         Delivery::Dropped => return Err(DropConnection),
         Delivery::Truncated => ReplyBody::truncated(body),

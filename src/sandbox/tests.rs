@@ -3,12 +3,19 @@
 use super::*;
 use crate::model::Endpoint;
 
+/// The tests' Sandboxes stand still at this time, so a body can be compared with `body`.
+const NOW: i64 = 1_795_305_600_000; // 2026-11-22T00:00:00Z
+
 fn listing_body(seed: u64, token: &str) -> String {
-    body(seed, Endpoint::Listing, token)
+    body(seed, Endpoint::Listing, token, NOW)
 }
 
 fn markets_body(seed: u64, token: &str) -> String {
-    body(seed, Endpoint::Markets, token)
+    body(seed, Endpoint::Markets, token, NOW)
+}
+
+fn still() -> SandboxConfig {
+    SandboxConfig { clock: ClockConfig { start_ms: Some(NOW), speed: None }, ..SandboxConfig::default() }
 }
 use std::io::{Read, Write};
 use std::time::Instant;
@@ -77,7 +84,7 @@ fn http_client() -> reqwest::Client {
 
 #[test]
 fn serves_both_routes_and_404s_the_rest() {
-    let sandbox = start(SandboxConfig::default());
+    let sandbox = start(still());
     let listing = get(&sandbox, "/listings/bitcoin", None);
     assert_eq!(listing.status, 200);
     assert_eq!(listing.header("content-type"), Some("application/json"));
@@ -115,7 +122,7 @@ fn serves_both_routes_and_404s_the_rest() {
 
 #[test]
 fn api_key_is_checked_before_anything_else() {
-    let sandbox = start(SandboxConfig { api_key: Some("secret".into()), ..Default::default() });
+    let sandbox = start(SandboxConfig { api_key: Some("secret".into()), ..still() });
     assert_eq!(get(&sandbox, "/listings/bitcoin", None).status, 401);
     assert_eq!(get(&sandbox, "/listings/bitcoin", Some("wrong")).status, 401);
     assert_eq!(get(&sandbox, "/listings/unknown-x", None).status, 401);
@@ -130,7 +137,7 @@ fn api_key_is_checked_before_anything_else() {
 
 #[test]
 fn keep_alive_pipelining_head_and_other_methods() {
-    let sandbox = start(SandboxConfig::default());
+    let sandbox = start(still());
     let received = exchange(
         &sandbox,
         b"GET /listings/x HTTP/1.1\r\nhost: a\r\n\r\n\
@@ -170,7 +177,7 @@ fn keep_alive_pipelining_head_and_other_methods() {
 
 #[test]
 fn malformed_requests_are_refused_and_never_hurt_the_server() {
-    let sandbox = start(SandboxConfig::default());
+    let sandbox = start(still());
     let oversized = format!("GET /listings/x HTTP/1.1\r\nx-filler: {}\r\n\r\n", "a".repeat(20_000));
     // hyper answers what it can with a 4xx (400, or 431 for a head over the limit) and closes
     // the rest of these connections unanswered; never a 2xx, never a hang.
@@ -205,23 +212,23 @@ fn malformed_requests_are_refused_and_never_hurt_the_server() {
 
 #[test]
 fn faults_seen_on_the_wire() {
-    let sandbox = start(SandboxConfig { error_rate: 1.0, ..Default::default() });
+    let sandbox = start(SandboxConfig { error_rate: 1.0, ..still() });
     let response = get(&sandbox, "/listings/x", None);
     assert_eq!(response.status, 503);
     assert!(response.json()["error"].is_string());
     // Faults come before the 404 for unknown ids.
     assert_eq!(get(&sandbox, "/listings/unknown-x", None).status, 503);
 
-    let sandbox = start(SandboxConfig { rate_limit_rate: 1.0, retry_after: 7, ..Default::default() });
+    let sandbox = start(SandboxConfig { rate_limit_rate: 1.0, retry_after: 7, ..still() });
     let response = get(&sandbox, "/listings/market/x", None);
     assert_eq!(response.status, 429);
     assert_eq!(response.header("retry-after"), Some("7"));
 
-    let sandbox = start(SandboxConfig { drop_rate: 1.0, ..Default::default() });
+    let sandbox = start(SandboxConfig { drop_rate: 1.0, ..still() });
     assert!(exchange(&sandbox, b"GET /listings/x HTTP/1.1\r\n\r\n").is_empty());
     assert_eq!(sandbox.requests(), 1);
 
-    let sandbox = start(SandboxConfig { invalid_json_rate: 1.0, ..Default::default() });
+    let sandbox = start(SandboxConfig { invalid_json_rate: 1.0, ..still() });
     for path in ["/listings/x", "/listings/market/x"] {
         let response = get(&sandbox, path, None);
         assert_eq!(response.status, 200);
@@ -229,7 +236,7 @@ fn faults_seen_on_the_wire() {
         assert!(serde_json::from_slice::<serde_json::Value>(&response.body).is_err());
     }
 
-    let sandbox = start(SandboxConfig { truncate_rate: 1.0, ..Default::default() });
+    let sandbox = start(SandboxConfig { truncate_rate: 1.0, ..still() });
     // Keep-alive was asked for, yet the connection closes after the short body.
     let received = exchange(&sandbox, b"GET /listings/x HTTP/1.1\r\n\r\n");
     let (response, _) = parse_response(&received).expect("headers arrive");
@@ -242,26 +249,26 @@ fn faults_seen_on_the_wire() {
 fn faults_seen_by_reqwest() {
     let client = http_client();
     runtime().block_on(async {
-        let drop = start(SandboxConfig { drop_rate: 1.0, ..Default::default() });
+        let drop = start(SandboxConfig { drop_rate: 1.0, ..still() });
         assert!(client.get(format!("{}/listings/x", drop.url())).send().await.is_err());
 
-        let truncate = start(SandboxConfig { truncate_rate: 1.0, ..Default::default() });
+        let truncate = start(SandboxConfig { truncate_rate: 1.0, ..still() });
         let response = client.get(format!("{}/listings/x", truncate.url())).send().await.expect("headers arrive");
         assert_eq!(response.status(), 200);
         assert!(response.bytes().await.is_err(), "a short body must fail to read");
 
-        let invalid = start(SandboxConfig { invalid_json_rate: 1.0, ..Default::default() });
+        let invalid = start(SandboxConfig { invalid_json_rate: 1.0, ..still() });
         let response = client.get(format!("{}/listings/x", invalid.url())).send().await.expect("a response");
         assert_eq!(response.status(), 200);
         let body = response.bytes().await.expect("a complete body");
         assert!(serde_json::from_slice::<serde_json::Value>(&body).is_err());
 
-        let limited = start(SandboxConfig { rate_limit_rate: 1.0, retry_after: 3, ..Default::default() });
+        let limited = start(SandboxConfig { rate_limit_rate: 1.0, retry_after: 3, ..still() });
         let response = client.get(format!("{}/listings/x", limited.url())).send().await.expect("a response");
         assert_eq!(response.status(), 429);
         assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("3"));
 
-        let keyed = start(SandboxConfig { api_key: Some("k".into()), ..Default::default() });
+        let keyed = start(SandboxConfig { api_key: Some("k".into()), ..still() });
         let url = format!("{}/listings/bitcoin", keyed.url());
         assert_eq!(client.get(&url).send().await.map(|r| r.status().as_u16()).ok(), Some(401));
         let response = client.get(&url).header("x-partner-key", "k").send().await.expect("a response");
@@ -273,7 +280,7 @@ fn faults_seen_by_reqwest() {
 
 #[test]
 fn retries_eventually_succeed_and_the_draws_are_repeatable() {
-    let config = SandboxConfig { error_rate: 0.5, seed: 3, ..Default::default() };
+    let config = SandboxConfig { error_rate: 0.5, seed: 3, ..still() };
     let statuses =
         |sandbox: &Sandbox, path: &str| -> Vec<u16> { (0..20).map(|_| get(sandbox, path, None).status).collect() };
     let first = start(config.clone());
@@ -286,7 +293,7 @@ fn retries_eventually_succeed_and_the_draws_are_repeatable() {
     assert_eq!(get(&first, "/listings/z", None).header("x-sandbox-attempt"), Some("1"));
 
     // The way a client retries: keep-alive connections, until success.
-    let sandbox = start(SandboxConfig { error_rate: 0.3, rate_limit_rate: 0.2, drop_rate: 0.1, ..Default::default() });
+    let sandbox = start(SandboxConfig { error_rate: 0.3, rate_limit_rate: 0.2, drop_rate: 0.1, ..still() });
     let client = http_client();
     runtime().block_on(async {
         for token in ["alpha", "beta", "gamma", "delta"] {
@@ -311,7 +318,7 @@ fn retries_eventually_succeed_and_the_draws_are_repeatable() {
 
 #[test]
 fn latency_is_added() {
-    let sandbox = start(SandboxConfig { latency: Duration::from_millis(80), ..Default::default() });
+    let sandbox = start(SandboxConfig { latency: Duration::from_millis(80), ..still() });
     let started = Instant::now();
     assert_eq!(get(&sandbox, "/listings/x", None).status, 200);
     assert!(started.elapsed() >= Duration::from_millis(80));
@@ -319,7 +326,7 @@ fn latency_is_added() {
 
 #[test]
 fn stop_closes_the_port_and_open_connections() {
-    let mut sandbox = start(SandboxConfig::default());
+    let mut sandbox = start(still());
     let port = sandbox.port();
     let mut open = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     open.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
@@ -346,7 +353,7 @@ fn stop_closes_the_port_and_open_connections() {
 #[test]
 fn stop_and_drop_work_inside_the_runtime() {
     runtime().block_on(async {
-        let sandbox = start(SandboxConfig::default());
+        let sandbox = start(still());
         let port = sandbox.port();
         drop(sandbox);
         assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
@@ -356,26 +363,20 @@ fn stop_and_drop_work_inside_the_runtime() {
 #[test]
 fn refuses_bad_configurations_and_taken_ports() {
     for config in [
-        SandboxConfig { error_rate: 1.5, ..Default::default() },
-        SandboxConfig { drop_rate: -0.1, ..Default::default() },
-        SandboxConfig { truncate_rate: f64::NAN, ..Default::default() },
-        SandboxConfig { error_rate: 0.7, rate_limit_rate: 0.4, ..Default::default() },
+        SandboxConfig { error_rate: 1.5, ..still() },
+        SandboxConfig { drop_rate: -0.1, ..still() },
+        SandboxConfig { truncate_rate: f64::NAN, ..still() },
+        SandboxConfig { error_rate: 0.7, rate_limit_rate: 0.4, ..still() },
     ] {
         let error = Sandbox::start(config).expect_err("invalid rates are refused");
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
         assert!(error.to_string().contains("rate"), "{error}");
     }
-    assert!(Sandbox::start(SandboxConfig {
-        error_rate: 0.1,
-        rate_limit_rate: 0.2,
-        invalid_json_rate: 0.7,
-        ..Default::default()
-    })
-    .is_ok());
+    assert!(Sandbox::start(SandboxConfig { error_rate: 0.1, rate_limit_rate: 0.2, invalid_json_rate: 0.7, ..still() })
+        .is_ok());
 
-    let taken = start(SandboxConfig::default());
-    let error =
-        Sandbox::start(SandboxConfig { port: taken.port(), ..Default::default() }).expect_err("the port is taken");
+    let taken = start(still());
+    let error = Sandbox::start(SandboxConfig { port: taken.port(), ..still() }).expect_err("the port is taken");
     assert_eq!(error.kind(), io::ErrorKind::AddrInUse);
 }
 
@@ -383,7 +384,7 @@ fn refuses_bad_configurations_and_taken_ports() {
 fn sustains_concurrent_keep_alive_traffic() {
     const TASKS: usize = 20;
     const PER_TASK: usize = 100;
-    let sandbox = start(SandboxConfig::default());
+    let sandbox = start(still());
     let client = http_client();
     let started = Instant::now();
     let successes = runtime().block_on(async {

@@ -1,0 +1,196 @@
+//! Who each token is: its price level, supply, volatility and trading activity. Well-known ids
+//! get figures close to the real ones (as of early 2026); any other id gets a plausible small or
+//! mid cap drawn from its hash, so that a screen over many ids sees a realistic spread.
+
+use super::super::data::Rng;
+
+/// The moment at which a token's `anchor_price` and `anchor_supply` hold. The path moves away from
+/// it in both directions of time.
+pub const ANCHOR_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+/// Market cap that ranks first; rank `r` sits near `RANK_ONE_CAP * r^-1.5`, the power law that
+/// fits the real ranking from the top 10 to the top 1,000.
+const RANK_ONE_CAP: f64 = 1.0e12;
+const RANK_EXPONENT: f64 = 1.5;
+/// The whole market's capitalisation, for `market_cap_dominance`.
+pub const TOTAL_MARKET_CAP: f64 = 3.2e12;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    /// Follows its path.
+    Floating,
+    /// Held near `anchor_price` by its issuer: the path only wiggles it by a few basis points.
+    Stable,
+}
+
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub kind: Kind,
+    /// USD at `ANCHOR_MS`.
+    pub anchor_price: f64,
+    /// Circulating supply at `ANCHOR_MS`; it grows by `supply_growth` per year.
+    pub anchor_supply: f64,
+    pub supply_growth: f64,
+    /// Total supply over circulating supply (at least 1).
+    pub total_over_circulating: f64,
+    /// Max supply over total supply; `None` for an infinite supply.
+    pub max_over_total: Option<f64>,
+    /// Annualised volatility of log prices.
+    pub volatility: f64,
+    /// Annual drift of log prices.
+    pub drift: f64,
+    /// Share of the circulating supply traded per day, on average.
+    pub daily_turnover: f64,
+    /// Decimal places of prices: the tick size is 10^-decimals.
+    pub decimals: u32,
+}
+
+struct Known {
+    id: &'static str,
+    price: f64,
+    supply: f64,
+    max_supply: Option<f64>,
+    volatility: f64,
+    turnover: f64,
+    kind: Kind,
+}
+
+const fn known(id: &'static str, price: f64, supply: f64, max_supply: Option<f64>, volatility: f64) -> Known {
+    Known { id, price, supply, max_supply, volatility, turnover: 0.03, kind: Kind::Floating }
+}
+
+const fn stable(id: &'static str, supply: f64) -> Known {
+    Known { id, price: 1.0, supply, max_supply: None, volatility: 0.0, turnover: 0.4, kind: Kind::Stable }
+}
+
+const KNOWN: &[Known] = &[
+    known("bitcoin", 90_000.0, 19.97e6, Some(21e6), 0.5),
+    known("ethereum", 3_000.0, 120.7e6, None, 0.7),
+    stable("tether", 187e9),
+    known("ripple", 1.9, 60.5e9, Some(100e9), 0.9),
+    known("binancecoin", 850.0, 139e6, Some(200e6), 0.55),
+    known("solana", 125.0, 560e6, None, 0.9),
+    stable("usd-coin", 75e9),
+    known("tron", 0.28, 94.7e9, None, 0.6),
+    known("dogecoin", 0.13, 151e9, None, 1.0),
+    known("cardano", 0.35, 36.5e9, Some(45e9), 0.95),
+    known("chainlink", 12.5, 680e6, Some(1e9), 0.95),
+    known("avalanche-2", 12.0, 425e6, Some(720e6), 1.0),
+    known("shiba-inu", 0.0000072, 589e12, None, 1.1),
+    known("polkadot", 1.8, 1.6e9, None, 1.0),
+    known("litecoin", 77.0, 76.5e6, Some(84e6), 0.8),
+];
+
+impl Profile {
+    pub fn of(seed: u64, token: &str) -> Profile {
+        let mut rng = Rng::new(seed, token, "profile");
+        if let Some(known) = KNOWN.iter().find(|k| k.id == token) {
+            let total_over_circulating = match known.kind {
+                Kind::Stable => 1.0,
+                Kind::Floating => rng.range(1.0, 1.1),
+            };
+            return Profile {
+                kind: known.kind,
+                anchor_price: known.price,
+                anchor_supply: known.supply,
+                supply_growth: match known.kind {
+                    Kind::Stable => rng.range(0.0, 0.3),
+                    Kind::Floating => rng.range(0.0, 0.02),
+                },
+                total_over_circulating,
+                max_over_total: known.max_supply.map(|max| (max / (known.supply * total_over_circulating)).max(1.0)),
+                volatility: known.volatility,
+                drift: rng.range(-0.1, 0.3),
+                daily_turnover: known.turnover * rng.range(0.7, 1.4),
+                decimals: decimals_for(known.price),
+            };
+        }
+        // Log-uniform caps from $10k to $3bn and supplies from a million to a trillion put most
+        // ids among the small caps, some priced at fractions of a cent.
+        let market_cap = 10f64.powf(rng.range(4.0, 9.5));
+        let supply = 10f64.powf(rng.range(6.0, 12.0)).round();
+        let price = market_cap / supply;
+        let total_over_circulating = rng.range(1.0, 1.6);
+        Profile {
+            kind: Kind::Floating,
+            anchor_price: price,
+            anchor_supply: supply,
+            supply_growth: rng.range(0.0, 0.15),
+            total_over_circulating,
+            max_over_total: if rng.chance(0.3) { None } else { Some(rng.range(1.0, 1.5)) },
+            volatility: rng.range(0.6, 1.6),
+            drift: rng.range(-0.6, 0.4),
+            daily_turnover: rng.range(0.01, 0.25),
+            decimals: decimals_for(price),
+        }
+    }
+
+    /// The tick: prices are whole multiples of it.
+    pub fn tick(&self) -> f64 {
+        10f64.powi(-(self.decimals as i32))
+    }
+
+    /// Rounds to the tick, never below one tick. Dividing the whole number of ticks by a power of
+    /// ten gives the same double as parsing the printed decimal.
+    pub fn round_price(&self, price: f64) -> f64 {
+        let scale = 10f64.powi(self.decimals as i32);
+        (price * scale).round().max(1.0) / scale
+    }
+
+    pub fn circulating_supply(&self, ms: i64) -> f64 {
+        let years = (ms - ANCHOR_MS) as f64 / MS_PER_YEAR;
+        (self.anchor_supply * (1.0 + self.supply_growth * years).max(0.05)).round()
+    }
+}
+
+pub const MS_PER_YEAR: f64 = 365.25 * 86_400_000.0;
+
+/// About six significant digits at the anchor price, at least two decimals, at most twelve.
+fn decimals_for(price: f64) -> u32 {
+    (5 - price.log10().floor() as i32).clamp(2, 12) as u32
+}
+
+/// The rank a market cap has in the market: larger caps rank higher, by the power law above.
+pub fn market_cap_rank(market_cap: f64) -> u64 {
+    if market_cap.is_nan() || market_cap <= 0.0 {
+        return 100_000;
+    }
+    1 + (RANK_ONE_CAP / market_cap).powf(1.0 / RANK_EXPONENT).floor().min(99_999.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_ids_are_at_their_levels_and_others_spread_widely() {
+        assert_eq!(Profile::of(0, "bitcoin").anchor_price, 90_000.0);
+        assert_eq!(Profile::of(0, "tether").kind, Kind::Stable);
+        let prices: Vec<f64> = (0..500).map(|i| Profile::of(0, &format!("coin-{i}")).anchor_price).collect();
+        assert!(prices.iter().any(|&p| p < 0.01) && prices.iter().any(|&p| p > 1.0));
+    }
+
+    #[test]
+    fn rank_falls_as_cap_falls() {
+        assert_eq!(market_cap_rank(1.8e12), 1);
+        assert_eq!(market_cap_rank(3.6e11), 2);
+        assert!(market_cap_rank(1e9) > 90 && market_cap_rank(1e9) < 110);
+        let mut last = 0;
+        for exponent in (40..130).rev() {
+            let rank = market_cap_rank(10f64.powf(exponent as f64 / 10.0));
+            assert!(rank >= last);
+            last = rank;
+        }
+    }
+
+    #[test]
+    fn rounding_to_the_tick_matches_the_printed_decimal() {
+        let profile = Profile::of(3, "coin-x");
+        for i in 0..200 {
+            let price = profile.anchor_price * (1.0 + i as f64 / 97.0);
+            let rounded = profile.round_price(price);
+            let text = format!("{:.*}", profile.decimals as usize, rounded);
+            assert_eq!(text.parse::<f64>().ok(), Some(rounded), "{text}");
+        }
+    }
+}
