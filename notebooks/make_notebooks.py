@@ -1,11 +1,14 @@
-"""Writes the example notebooks from the cells below (kept here so diffs stay readable).
+"""Writes the example notebooks from the cells below (kept here so diffs stay readable) and runs
+them, so that the committed notebooks carry their outputs and plots.
 
-Run: python notebooks/make_notebooks.py
+Run: python notebooks/make_notebooks.py   (or: make notebooks)
 """
 
+import os
 from pathlib import Path
 
 import nbformat
+from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
@@ -18,7 +21,9 @@ import defilens
 if os.environ.get("DEFILENS_API_KEY"):
     client = defilens.Client()
 else:
-    sandbox = defilens.testing.Sandbox(seed=42)
+    # A simulated clock standing at a fixed time, so this notebook shows the same market on
+    # every run; without `now=` the Sandbox's market moves with the wall clock.
+    sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-20T12:00:00Z")
     client = defilens.Client(base_url=sandbox.url)
 client'''
 
@@ -63,7 +68,7 @@ NOTEBOOKS = {
         new_code_cell(SETUP),
         new_code_cell('frames = client.fetch(["bitcoin", "ethereum", "solana", "chainlink"], markets=True)\nmarkets = frames.markets\nmarkets.select("token", "exchange_name", "market_pair", "quote", "volume_usd", "volume_percent", "liquidity_score").head()'),
         new_code_cell('# Is the market list complete? The service reports a `total` that can exceed the list it sends.\nframes.log.filter(pl.col("endpoint") == "markets").select("token", "total", "message")'),
-        new_code_cell('share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", descending=True)\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume")\nax.tick_params(axis="x", rotation=45)\nplt.show()'),
+        new_code_cell('share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", descending=True)\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume (listed pairs)")\nplt.setp(ax.get_xticklabels(), rotation=40, ha="right")\nfig.tight_layout()\nplt.show()'),
         new_markdown_cell("## Depth asymmetry\n\n`depth_usd_positive_two` is the capital needed to push the price up 2%, `depth_usd_negative_two` down 2%. A ratio above 1 means it is harder to push the price up than down (more resting asks than bids)."),
         new_code_cell('depth = (\n    markets.with_columns((pl.col("depth_usd_positive_two") / pl.col("depth_usd_negative_two")).alias("up_down_depth_ratio"))\n    .group_by("token", "quote")\n    .agg(\n        pl.col("volume_usd").sum(),\n        pl.col("liquidity_score").mean().round(0).alias("mean_liquidity_score"),\n        pl.col("up_down_depth_ratio").median().round(2),\n    )\n    .sort("token", "volume_usd", descending=[False, True])\n)\ndepth'),
         new_code_cell('fig, ax = plt.subplots(figsize=(6, 4))\nfor token, group in markets.group_by("token"):\n    ax.scatter(group["liquidity_score"].to_list(), group["volume_usd"].to_list(), label=token[0], alpha=0.7)\nax.set_yscale("log")\nax.set_xlabel("liquidity score (0-1000)")\nax.set_ylabel("volume (USD)")\nax.legend()\nplt.show()'),
@@ -71,12 +76,90 @@ NOTEBOOKS = {
 }
 
 
+HISTORY_SETUP = '''import datetime as dt
+import polars as pl
+import matplotlib.pyplot as plt
+import defilens
+
+# The Sandbox's clock is simulated: it stands at `now` until `advance` moves it.
+sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-01T00:00:00Z")
+client = defilens.Client(base_url=sandbox.url)
+sandbox.now'''
+
+HISTORY_COLLECT = '''tokens = ["bitcoin", "solana", "dogecoin"]
+rounds = []
+for _ in range(14 * 24):                      # two weeks of hourly rounds, in a few seconds
+    frames = client.fetch(tokens, markets=False, progress=False)
+    at = frames.snapshot.select("token", pl.col("last_updated").alias("market_time"), "current_price")
+    hourly = (
+        frames.indicators.filter(pl.col("interval") == "1h", pl.col("indicator").is_in(["rsi14", "upper_bband", "middle_bband", "lower_bband"]))
+        .pivot(on="indicator", index="token", values="value")
+    )
+    rounds.append(at.join(hourly, on="token"))
+    sandbox.advance("1h")
+history = pl.concat(rounds).sort("token", "market_time")
+print(f"{history.height} rows: {history['market_time'].min()} to {history['market_time'].max()}")
+history.head()'''
+
+HISTORY_PLOT = '''import matplotlib.dates as mdates
+
+fig, axes = plt.subplots(2, len(tokens), figsize=(13, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+for column, token in enumerate(tokens):
+    one = history.filter(pl.col("token") == token)
+    time = one["market_time"].to_list()
+    price_axis, rsi_axis = axes[0, column], axes[1, column]
+    price_axis.fill_between(time, one["lower_bband"].to_list(), one["upper_bband"].to_list(), color="tab:blue", alpha=0.15, label="Bollinger bands (1h, 20, 2)")
+    price_axis.plot(time, one["middle_bband"].to_list(), color="tab:blue", lw=0.8, label="SMA(20), middle band")
+    price_axis.plot(time, one["current_price"].to_list(), color="black", lw=1.0, label="price")
+    price_axis.set_title(token)
+    price_axis.set_ylabel("USD")
+    rsi_axis.plot(time, one["rsi14"].to_list(), color="tab:purple", lw=0.9)
+    rsi_axis.axhline(70, color="tab:red", lw=0.7, ls="--")
+    rsi_axis.axhline(30, color="tab:green", lw=0.7, ls="--")
+    rsi_axis.set_ylim(0, 100)
+    rsi_axis.set_ylabel("RSI(14), 1h")
+    rsi_axis.xaxis.set_major_locator(mdates.DayLocator(interval=3))
+    rsi_axis.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))
+    rsi_axis.set_xlabel("market time (UTC)")
+handles, labels = axes[0, 0].get_legend_handles_labels()
+fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+fig.suptitle("Two weeks of simulated market, one round per hour")
+fig.tight_layout(rect=(0, 0.05, 1, 1))
+plt.show()'''
+
+HISTORY_CHECK = '''candles = sandbox.candles("bitcoin", "1h")
+ours = candles.select("open_time", "close", pl.col("close").rolling_mean(20).alias("sma20"))
+listing = client.fetch(["bitcoin"], markets=False, progress=False).indicators
+served = listing.filter(pl.col("interval") == "1h", pl.col("indicator") == "sma20")["value"].item()
+print(f"SMA(20) of the last 20 hourly closes: {ours['sma20'][-1]:.4f}; the listing says {served:.4f}")
+candles.tail(3)'''
+
+NOTEBOOKS["04_history.ipynb"] = [
+    new_markdown_cell("# History over simulated time\n\nThe service answers only \"now\"; history comes from polling it. The Sandbox's clock can be simulated, so two weeks of hourly rounds take a few seconds here: each token follows a seeded price path, and every indicator is computed from its candles by the standard definitions.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib). Against the real service, `defilens collect TOKEN... --every 1h --out DIR` builds the same history on disk, and `defilens.scan(DIR, \"indicators\")` reads it back."),
+    new_code_cell(HISTORY_SETUP),
+    new_markdown_cell("## Collect: fetch, then move the clock an hour\n\n`last_updated` is the close of the last 5-minute candle: the market's time, not the wall clock's."),
+    new_code_cell(HISTORY_COLLECT),
+    new_markdown_cell("## Price inside its Bollinger bands, and RSI\n\nThe bands are 20 hourly closes at 2 standard deviations; the middle band is the SMA(20). RSI above 70 is conventionally overbought, below 30 oversold."),
+    new_code_cell(HISTORY_PLOT),
+    new_markdown_cell("## Check an indicator yourself\n\n`sandbox.candles(token, interval)` returns the candles behind the listing's indicators, so any of them can be recomputed."),
+    new_code_cell(HISTORY_CHECK),
+    new_code_cell("sandbox.stop()"),
+]
+
+
 def main() -> None:
+    os.environ.pop("DEFILENS_API_KEY", None)
     for name, cells in NOTEBOOKS.items():
         notebook = new_notebook(cells=cells)
         notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         notebook.metadata["language_info"] = {"name": "python"}
+        # Run in a clean kernel without a key, so the outputs come from the Sandbox; small
+        # figures keep the committed PNGs small.
+        NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+        for cell in notebook.cells:
+            cell.metadata.pop("execution", None)
         nbformat.write(notebook, HERE / name)
+        print(f"wrote {name}")
 
 
 if __name__ == "__main__":

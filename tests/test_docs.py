@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import inspect
 import pkgutil
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import polars as pl
 import pytest
 
 import defilens
+from defilens._pytest_plugin import FIXTURE_NOW
 from defilens.testing import Sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,17 @@ def test_python_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_pa
         for line, source in blocks:
             code = compile(source, f"{page.name}:{line}", "exec")
             exec(code, namespace)
+        # Example tests run as pytest would run them, the fixture included.
+        for name, example in list(namespace.items()):
+            if not (name.startswith("test_") and callable(example)):
+                continue
+            parameters = list(inspect.signature(example).parameters)
+            if parameters == ["defilens_sandbox"]:
+                with Sandbox(now=FIXTURE_NOW) as fixture:
+                    example(fixture)
+            else:
+                assert parameters == [], f"{page.name}: {name} takes {parameters}"
+                example()
     frames = namespace.get("frames")
     assert frames is None or isinstance(frames, defilens.Frames)
 

@@ -8,7 +8,6 @@ import pytest
 
 from ._core import Sandbox
 
-
 #: Where the fixture's clock stands, so that every run of a test sees the same market.
 FIXTURE_NOW = "2026-01-01T00:00:00Z"
 
