@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import polars as pl
@@ -192,3 +193,29 @@ def test_cli_sandbox_serves(tmp_path: Path) -> None:
         _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 0, stderr
     assert "stopped after" in stderr
+
+
+def test_cli_sandbox_simulated_clock() -> None:
+    command = CLI + ["sandbox", "--port", "0", "--seed", "3", "--now", "2026-02-03T04:05:06Z"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "market time 2026-02-03 04:05:06 UTC standing still" in line
+        url = line.split(" at ")[1].split()[0]
+        with urllib.request.urlopen(url + "/listings/bitcoin", timeout=10) as response:
+            body = response.read().decode()
+        assert body == defilens.testing.listing_body("bitcoin", seed=3, now="2026-02-03T04:05:06Z")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=10)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--now", "1999-12-31"], "now must be from 2000-01-01"), (["--speed", "-2"], "speed must be a number from 0")],
+)
+def test_cli_sandbox_refuses_a_bad_clock(args: "list[str]", message: str) -> None:
+    result = subprocess.run(CLI + ["sandbox", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert message in result.stderr
