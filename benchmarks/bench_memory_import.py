@@ -70,9 +70,9 @@ print(json.dumps({
     "after_release_mib": process.memory_info().rss / MIB,
     "frames_mib": sum(sizes.values()) / MIB, "frame_mib": {k: v / MIB for k, v in sizes.items()},
     "frames_arrow_mib": sum(arrow_sizes.values()) / MIB,
-    # The bytes received (the Sandbox's bodies are a function of the id; seed 0) and what
+    # The bytes received (the Sandbox (seed 0) stands at _common.SANDBOX_NOW) and what
     # defilens holds of them for Frames.raw (compressed), part of what a fetch keeps.
-    "bodies_mib": sum(len(defilens.testing.listing_body(f"mem-{i}").encode()) for i in range(n)) / MIB,
+    "bodies_mib": sum(len(defilens.testing.listing_body(f"mem-{i}", now="2026-11-23T00:00:00Z").encode()) for i in range(n)) / MIB,
     "raw_kept_mib": raw_kept / MIB,
 }))
 """

@@ -18,7 +18,7 @@ import orjson
 
 import _python_frames as peers
 import defilens
-from _common import best_of, emit, table, target
+from _common import SANDBOX_NOW, best_of, emit, table, target
 
 PARSE = "defilens.parse_tokens"
 FLOOR = "orjson.loads only (floor, no frames)"
@@ -29,7 +29,7 @@ IDIOMATIC = "idiomatic Python (json + row dicts + polars)"
 
 def make_bodies(n: int) -> List[bytes]:
     """Distinct bodies (one per token id), as bytes, as they come off the wire."""
-    return [defilens.testing.listing_body(f"token-{i}", seed=1).encode() for i in range(n)]
+    return [defilens.testing.listing_body(f"token-{i}", seed=1, now=SANDBOX_NOW).encode() for i in range(n)]
 
 
 def check_same_frames(bodies: List[bytes]) -> None:
