@@ -9,6 +9,7 @@ import math
 import urllib.request
 
 import numpy as np
+import pattern_rules
 import polars as pl
 import pytest
 import talib
@@ -87,6 +88,43 @@ def test_candlestick_rules_match_talib(market):
             checked["doji"] += doji
             checked["engulfing"] += engulfing != 0
     assert checked["doji"] > 0 and checked["engulfing"] > 0, checked
+
+
+FIELDS = {
+    "single": "single_pattern",
+    "double": "double_pattern",
+    "triple": "tripple_pattern",
+    "chart": "chartpattern",
+    "summary": "candlestick_pattern",
+}
+GROUPED = {
+    "triangle": "triangle_pattern",
+    "head_shoulder": "head_shoulder_pattern",
+    "multiple_top_bottom": "multiple_top_bottom_pattern",
+    "double_top_bottom": "double_top_bottom_pattern",
+    "wedge": "wedge_pattern",
+    "channel": "channel_pattern",
+}
+
+
+def test_every_pattern_rule_matches_a_second_implementation(market):
+    """Every pattern field of 30 tokens at every interval against tests/pattern_rules.py, written
+    from the rules in the module's documentation."""
+    sandbox, _ = market
+    fired: "dict[str, int]" = {}
+    for i in range(30):
+        token = f"pattern-token-{i}"
+        data = json.loads(defilens.testing.listing_body(token, seed=4, now=sandbox.now))["data"]
+        for interval in ["5m", "15m", "1h", "4h", "24h", "1w"]:
+            rows = sandbox.candles(token, interval).select("open", "high", "low", "close").rows()
+            expected = pattern_rules.detect(rows)
+            fields = {**(FIELDS if interval != "4h" else {}), **(GROUPED if interval != "1w" else {})}
+            for key, field in fields.items():
+                assert data[f"{field}_{interval}"] == expected[key], (token, interval, field)
+                for name in expected[key]:
+                    fired[name] = fired.get(name, 0) + 1
+    # The rules fire, and not everywhere: most series show a few patterns, none shows them all.
+    assert len(fired) >= 15, sorted(fired)
 
 
 def test_snapshot_figures_come_from_the_candles(market):

@@ -51,9 +51,9 @@
 //!   falling with the highs falling faster by v/40 (`falling_wedge`, "Wedge Down");
 //! - `double_top`: the last two pivot highs at least 5 candles apart, within one range of each
 //!   other, with a low between them at least 3 ranges below the lower; `double_bottom` the
-//!   mirror image; `triple_top`/`triple_bottom` the same with the last three pivots within one
-//!   range of their mean; `multiple_top`/`multiple_bottom` four or more pivots within one range
-//!   of the highest (lowest);
+//!   mirror image; `triple_top`/`triple_bottom` the last three pivots within a quarter range of
+//!   their mean and at least 10 candles from first to last; `multiple_top`/`multiple_bottom` four
+//!   or more pivots within a quarter range of the highest (lowest);
 //! - `head_and_shoulders`: of the last three pivot highs, the middle one at least 3 ranges above
 //!   both others, which are within 1.5 ranges of each other; `inverse_head_and_shoulders` the
 //!   mirror image on pivot lows.
@@ -411,7 +411,8 @@ fn tops_and_bottoms(
     if n >= 3 {
         let last_three = &pivots[n - 3..];
         let mean = last_three.iter().map(|&j| values[j]).sum::<f64>() / 3.0;
-        if last_three.iter().all(|&j| (values[j] - mean).abs() <= average_range) {
+        let spread = last_three[2] - last_three[0];
+        if spread >= 10 && last_three.iter().all(|&j| (values[j] - mean).abs() <= 0.25 * average_range) {
             detected.multiple_top_bottom.push(if top { "triple_top" } else { "triple_bottom" });
         }
         let (left, head, right) = (height(last_three[0]), height(last_three[1]), height(last_three[2]));
@@ -424,7 +425,7 @@ fn tops_and_bottoms(
     }
     if n >= 4 {
         let extreme = pivots.iter().map(|&j| height(j)).fold(f64::NEG_INFINITY, f64::max);
-        if pivots.iter().filter(|&&j| extreme - height(j) <= average_range).count() >= 4 {
+        if pivots.iter().filter(|&&j| extreme - height(j) <= 0.25 * average_range).count() >= 4 {
             detected.multiple_top_bottom.push(if top { "multiple_top" } else { "multiple_bottom" });
         }
     }
