@@ -13,6 +13,7 @@ mod batch;
 mod client;
 mod error;
 mod frames;
+mod history;
 mod model;
 mod parse;
 mod runtime;
@@ -29,6 +30,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "sandbox")]
 pub use frames::candles::candles_frame;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
+pub use history::swap::exchange as exchange_paths;
 pub use model::{Endpoint, INTERVALS};
 pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
 #[cfg(feature = "sandbox")]

@@ -29,6 +29,17 @@ def python_blocks(text: str) -> "list[tuple[int, str]]":
     return blocks
 
 
+def _replay_fixture(started: "list[Sandbox]"):
+    """What the ``defilens_replay`` fixture gives a test."""
+
+    def replay(path: str, **settings: object) -> Sandbox:
+        sandbox = Sandbox.replay(path, **settings)
+        started.append(sandbox)
+        return sandbox
+
+    return replay
+
+
 WITH_EXAMPLES = [page for page in [README, *PAGES] if python_blocks(page.read_text())]
 
 
@@ -40,7 +51,7 @@ def test_python_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_pa
         # The examples are written for the real service; the environment points them here.
         monkeypatch.setenv("DEFILENS_BASE_URL", sandbox.url)
         # What the README's `defilens collect ... --out history/` before the history example does.
-        defilens.Client().collect(["bitcoin", "ethereum"], "0.1s", count=2, out="history/")
+        defilens.Client().collect(["bitcoin", "ethereum"], "0.1s", count=2, out="history/", raw=True)
         namespace: "dict[str, object]" = {"defilens": defilens, "pl": pl}
         for line, source in blocks:
             code = compile(source, f"{page.name}:{line}", "exec")
@@ -53,6 +64,11 @@ def test_python_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_pa
             if parameters == ["defilens_sandbox"]:
                 with Sandbox(now=FIXTURE_NOW) as fixture:
                     example(fixture)
+            elif parameters == ["defilens_replay"]:
+                started: "list[Sandbox]" = []
+                example(_replay_fixture(started))
+                for replay in started:
+                    replay.stop()
             else:
                 assert parameters == [], f"{page.name}: {name} takes {parameters}"
                 example()

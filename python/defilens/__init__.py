@@ -33,6 +33,7 @@ from ._exceptions import (
     TransportError,
 )
 from ._frames import INTERVAL, Frames, concat, read, scan
+from ._history import compact, reparse
 from ._parsing import parse_markets, parse_token, parse_tokens
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
     "concat",
     "read",
     "scan",
+    "compact",
+    "reparse",
     "testing",
     "DefiLensError",
     "DefiLensWarning",

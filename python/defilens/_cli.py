@@ -18,6 +18,7 @@ from ._collect import collect, parse_every
 from ._core import Sandbox
 from ._exceptions import DefiLensError
 from ._frames import Frames
+from ._history import compact
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -56,11 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--out", required=True, help="history folder")
     coll.add_argument("--markets", action=argparse.BooleanOptionalAction, default=True, help="also fetch each token's exchange markets (default; --no-markets to skip)")
     coll.add_argument("--max-failed-rounds", type=int, default=3, help="stop after this many rounds in a row in which every request failed (default 3)")
+    coll.add_argument("--raw", action="store_true", help="also keep each round's response bodies (compressed) under DIR/raw/, for defilens.reparse")
+    coll.add_argument("--compact", action="store_true", help="rewrite each day into one file per frame once it has closed")
     connection_options(coll)
+
+    comp = sub.add_parser("compact", help="rewrite each closed day of a history into one file per frame", description="Rewrite each closed day (ended over an hour ago, UTC) of each frame of a collect history into one file sorted by token and fetched_at. The rows stay exactly the same; safe to rerun and to interrupt.")
+    comp.add_argument("folder", metavar="DIR", help="the collect folder")
 
     sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C. Its market follows the wall clock unless --now or --speed is given.")
     sb.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1, 0 to 65535 (default 0: a free one)")
     sb.add_argument("--now", help="start a simulated clock at this time (ISO 8601, e.g. 2026-01-01T00:00:00Z); it stands still unless --speed is given")
+    sb.add_argument("--replay", metavar="DIR", help="serve the responses recorded in DIR (a history collected with --raw, or frames written with raw=True) instead of the market")
     sb.add_argument("--speed", type=float, help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)")
     sb.add_argument("--seed", type=int, default=0)
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
@@ -248,7 +255,8 @@ def _collect(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
             collect(client, args.tokens, args.every, count=args.count, out=args.out, markets=args.markets,
-                    on_round=report, progress=False, max_failed_rounds=args.max_failed_rounds)
+                    on_round=report, progress=False, max_failed_rounds=args.max_failed_rounds,
+                    raw=args.raw, compact=args.compact)
         except KeyboardInterrupt:
             print(f"stopped after {rounds_done} rounds; history in {args.out}/", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -256,8 +264,18 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    report = compact(args.folder)
+    print(
+        f"compacted {report['partitions']} day partitions: {report['files_before']:,} files became "
+        f"{report['files_after']:,}; {report['skipped_open']} partitions not closed yet were left alone"
+    )
+    return 0
+
+
 def _sandbox(args: argparse.Namespace) -> int:
-    with Sandbox(
+    start = Sandbox if args.replay is None else lambda **settings: Sandbox.replay(args.replay, **settings)
+    with start(
         port=args.port,
         seed=args.seed,
         latency=args.latency,
@@ -272,7 +290,10 @@ def _sandbox(args: argparse.Namespace) -> int:
     ) as sandbox:
         try:
             # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.
-            clock = "" if args.now is None and args.speed is None else f"market time {sandbox.now:%Y-%m-%d %H:%M:%S} UTC"
+            simulated = args.now is not None or args.speed is not None or args.replay is not None
+            clock = f"market time {sandbox.now:%Y-%m-%d %H:%M:%S} UTC" if simulated else ""
+            if args.replay is not None:
+                clock = f"replaying {args.replay}, {clock}"
             if clock:
                 clock += f" running {args.speed:g}x; " if args.speed else " standing still; "
             print(f"serving the DeFi Lens sandbox at {sandbox.url} ({clock}Ctrl-C to stop)", flush=True)
@@ -285,7 +306,7 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"fetch": _fetch, "collect": _collect, "sandbox": _sandbox}[args.command]
+    handler = {"fetch": _fetch, "collect": _collect, "compact": _compact, "sandbox": _sandbox}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -242,12 +242,16 @@ class Client(_BaseClient):
         markets: bool = True,
         progress: Optional[bool] = False,
         max_failed_rounds: int = 3,
+        raw: bool = False,
+        compact: bool = False,
     ) -> int:
         """Fetches ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) and appends each
         round to a Hive-partitioned Parquet history at ``out`` (read it with `defilens.scan`).
 
         Keeps to the schedule without drift, writes each file atomically, stops after ``count``
-        rounds (``None``: until Ctrl-C). Returns the number of rounds written.
+        rounds (``None``: until Ctrl-C). Returns the number of rounds written. ``raw=True`` also
+        keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
+        ``compact=True`` rewrites each day into one file per frame once it has closed.
 
         Fails loudly: a round in which every request failed is a failed round. An
         authentication or permission failure raises at once; ``max_failed_rounds`` failed
@@ -264,6 +268,8 @@ class Client(_BaseClient):
             markets=markets,
             progress=progress,
             max_failed_rounds=max_failed_rounds,
+            raw=raw,
+            compact=compact,
         )
 
     def __enter__(self) -> "Client":

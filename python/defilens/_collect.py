@@ -48,23 +48,35 @@ def _with_fetched_at(frame: pl.DataFrame, fetched_at: pl.DataFrame, started: dt.
     return frame.join(fetched_at, on="token", how="left").with_columns(pl.col("fetched_at").fill_null(round_start))
 
 
+#: How often `collect(compact=True)` looks for days that have closed (compaction of a history
+#: with nothing to do only lists its folders).
+COMPACT_EVERY = dt.timedelta(hours=1)
+
 #: Failures that no later round can mend: the key is wrong or lacks permission.
 STOP_AT_ONCE = ("auth", "forbidden")
 
 
-def write_round(frames: Frames, out: Path, started: dt.datetime, round_number: int) -> "list[Path]":
-    """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame.
+def write_round(
+    frames: Frames, out: Path, started: dt.datetime, round_number: int, raw: bool = False
+) -> "list[Path]":
+    """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame,
+    and with ``raw`` the round's response bodies under ``out/raw/`` the same way.
 
     Frames that carry no ``fetched_at`` get one (the token's listing fetch time)."""
+    from ._history import RAW, raw_frame
+
     fetched_at = frames.snapshot.select("token", "fetched_at").unique("token")
     stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
     date = started.strftime("%Y-%m-%d")
+    tables = [(name, _with_fetched_at(getattr(frames, name), fetched_at, started)) for name in FRAME_NAMES]
+    if raw:
+        tables.append((RAW, raw_frame(frames, started)))
     written = []
-    for name in FRAME_NAMES:
+    for name, table in tables:
         folder = out / name / f"date={date}"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{stamp}-r{round_number:06d}.parquet"
-        _write_atomically(_with_fetched_at(getattr(frames, name), fetched_at, started), target, "parquet")
+        _write_atomically(table, target, "parquet")
         written.append(target)
     return written
 
@@ -80,12 +92,17 @@ def collect(
     on_round: Optional[Callable[[int, Frames], None]] = None,
     progress: Optional[bool] = False,
     max_failed_rounds: int = 3,
+    raw: bool = False,
+    compact: bool = False,
 ) -> int:
     """Fetches ``token_ids`` every ``every`` and appends each round to the history at ``out``.
 
     Rounds start on a fixed grid (start + k * every), so slow rounds do not make the schedule
     drift; a round that overruns skips the ticks it missed. Each file is written atomically.
     Stops after ``count`` rounds (``None``: until Ctrl-C). Returns the number of rounds written.
+    ``raw`` also keeps each round's response bodies (``defilens.reparse`` rebuilds the frames
+    from them); ``compact`` rewrites each day into one file per frame once the day has closed
+    (see `defilens.compact`).
     """
     interval = parse_every(every)
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
@@ -98,6 +115,7 @@ def collect(
     origin = time.monotonic()
     rounds = 0
     failed_in_a_row = 0
+    last_compacted: Optional[dt.datetime] = None
     tick = 0
     while count is None or rounds < count:
         due = origin + tick * interval
@@ -106,8 +124,13 @@ def collect(
             time.sleep(delay)
         started = dt.datetime.now(dt.timezone.utc)
         frames = client._fetch(ids, markets=markets, progress=progress)
-        write_round(frames, folder, started, rounds)
+        write_round(frames, folder, started, rounds, raw=raw)
         rounds += 1
+        if compact and (last_compacted is None or started - last_compacted >= COMPACT_EVERY):
+            from ._history import compact as compact_history
+
+            compact_history(folder, now=started)
+            last_compacted = started
         if on_round is not None:
             on_round(rounds, frames)
         if frames._every_request_failed() and frames._exceptions:

@@ -1,6 +1,7 @@
 """Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
 
 import datetime as dt
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
@@ -12,6 +13,7 @@ __all__ = [
     "INTERVALS",
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
+    "exchange_paths",
     "__version__",
     "Engine",
     "FetchJob",
@@ -133,6 +135,14 @@ class Sandbox:
         retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535), the
         wall clock. ``now``: ISO 8601 text or a datetime (naive means UTC), from 2000 to 2200;
         ``speed``: 0 to 100,000."""
+    @staticmethod
+    def replay(path: Union[str, "os.PathLike[str]"], **settings: Any) -> Sandbox:
+        """A Sandbox serving recorded responses instead of its market: a collect history kept
+        with ``raw=True`` (its folder or its ``raw/`` folder), or a folder written by
+        ``frames.write(path, raw=True)``. Each request gets the last body recorded for its id at
+        or before the clock's time, which starts at the first recorded time and stands still
+        until ``advance``; other ids and earlier times get 404. ``settings`` are `Sandbox`'s
+        (faults, latency, key, ``now``, ``speed``)."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""
@@ -164,9 +174,13 @@ def parse_token(
 def parse_tokens(
     bodies: Sequence[_Body],
     token_ids: Optional[Sequence[Optional[str]]] = None,
-    fetched_at_ms: Optional[int] = None,
+    fetched_at_ms: Union[int, Sequence[Optional[int]], None] = None,
 ) -> Dict[str, pl.DataFrame]:
-    """Parses many listing bodies into one set of frames in one call."""
+    """Parses many listing bodies into one set of frames in one call; ``fetched_at_ms`` is one
+    time for all of them or one per body."""
+
+def exchange_paths(a: str, b: str) -> None:
+    """Exchanges two paths in one step (Linux); NotImplementedError where the system cannot."""
 
 def parse_markets(
     body: _Body, token_id: str, fetched_at_ms: Optional[int] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -134,17 +135,24 @@ class Frames:
             yield name, getattr(self, name)
         yield "errors", self.errors
 
-    def write(self, path: PathLike, *, format: str = "parquet") -> Path:
+    def write(self, path: PathLike, *, format: str = "parquet", raw: bool = False) -> Path:
         """Writes every frame to ``path/<frame>.<format>`` (a folder) and returns the folder.
 
         ``format`` is ``"parquet"`` (round-trips every dtype; read back with `defilens.read`),
-        ``"csv"`` or ``"ndjson"`` (lists and datetimes become text).
+        ``"csv"`` or ``"ndjson"`` (lists and datetimes become text). ``raw=True`` also writes
+        the response bodies to ``path/raw.parquet``, which `Sandbox.replay` serves.
         """
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         for name, frame in self.items():
             target = folder / f"{name}.{format}"
             _write_atomically(frame, target, format)
+        if raw:
+            from ._history import raw_frame
+
+            first = self.log["fetched_at"].min() if self.log.height else None
+            started = first if isinstance(first, dt.datetime) else dt.datetime.now(dt.timezone.utc)
+            _write_atomically(raw_frame(self, started), folder / "raw.parquet", "parquet")
         return folder
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -288,15 +296,16 @@ def concat(frames: Sequence[Frames]) -> Frames:
 def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
     """A `pl.LazyFrame` over the history written by `Client.collect` / ``defilens collect``.
 
-    ``path`` is the collect folder; ``frame`` one of the frame names, or ``"errors"`` (the
-    history's ``log`` filtered to the failed exchanges, as `Frames.errors` is). The history is
+    ``path`` is the collect folder; ``frame`` one of the frame names, ``"errors"`` (the
+    history's ``log`` filtered to the failed exchanges, as `Frames.errors` is) or ``"raw"`` (the
+    response bodies kept by ``collect(..., raw=True)``). The history is
     Hive-partitioned Parquet (``path/<frame>/date=YYYY-MM-DD/*.parquet``), so polars, DuckDB or
     Spark can also read it directly.
     """
     if frame == "errors":
         return scan(path, "log").filter(~pl.col("ok"))
-    if frame not in FRAME_NAMES:
-        raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)} or errors, got {frame!r}")
+    if frame not in FRAME_NAMES and frame != "raw":
+        raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)}, errors or raw, got {frame!r}")
     folder = Path(path) / frame
     if not folder.is_dir():
         raise FileNotFoundError(f"no {frame!r} history under {str(path)!r} (is it a collect folder?)")

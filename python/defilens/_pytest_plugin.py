@@ -1,8 +1,9 @@
-"""pytest plugin (entry point ``pytest11``): the ``defilens_sandbox`` fixture."""
+"""pytest plugin (entry point ``pytest11``): the ``defilens_sandbox`` and ``defilens_replay`` fixtures."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+from typing import Callable, Iterator, List, Union
 
 import pytest
 
@@ -22,3 +23,20 @@ def defilens_sandbox() -> Iterator[Sandbox]:
     """
     with Sandbox(now=FIXTURE_NOW) as sandbox:
         yield sandbox
+
+
+@pytest.fixture
+def defilens_replay() -> Iterator[Callable[..., Sandbox]]:
+    """Starts Sandboxes that replay recorded responses, stopped after the test:
+    ``sandbox = defilens_replay("tests/recordings")`` (a history collected with ``raw=True``,
+    or a folder written by ``frames.write(path, raw=True)``; settings as `Sandbox.replay`)."""
+    started: List[Sandbox] = []
+
+    def replay(path: Union[str, "os.PathLike[str]"], **settings: object) -> Sandbox:
+        sandbox = Sandbox.replay(path, **settings)
+        started.append(sandbox)
+        return sandbox
+
+    yield replay
+    for sandbox in started:
+        sandbox.stop()

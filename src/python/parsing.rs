@@ -93,8 +93,30 @@ pub(super) fn parse_tokens<'py>(
     py: Python<'py>,
     bodies: Vec<Bound<'py, PyAny>>,
     token_ids: Option<Vec<Option<Bound<'py, PyAny>>>>,
-    fetched_at_ms: Option<i64>,
+    fetched_at_ms: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // One time for every body, or one per body.
+    let fetched_at: Vec<Option<i64>> = match fetched_at_ms {
+        None => vec![None; bodies.len()],
+        Some(value) => match value.extract::<i64>() {
+            Ok(ms) => vec![Some(ms); bodies.len()],
+            Err(_) => {
+                let times: Vec<Option<i64>> = value.extract().map_err(|_| {
+                    PyTypeError::new_err(
+                        "fetched_at_ms must be an int (ms since the epoch) or a list of them, one per body",
+                    )
+                })?;
+                if times.len() != bodies.len() {
+                    return Err(PyValueError::new_err(format!(
+                        "got {} bodies but {} fetched_at_ms",
+                        bodies.len(),
+                        times.len()
+                    )));
+                }
+                times
+            }
+        },
+    };
     let tokens: Vec<Option<String>> = match &token_ids {
         Some(ids) => {
             if ids.len() != bodies.len() {
@@ -108,7 +130,12 @@ pub(super) fn parse_tokens<'py>(
     let inputs: Vec<ListingBody> = bytes
         .iter()
         .zip(&tokens)
-        .map(|(b, token)| ListingBody { body: b.as_slice(), token: token.as_deref(), fetched_at: fetched_at_ms })
+        .zip(&fetched_at)
+        .map(|((b, token), fetched_at)| ListingBody {
+            body: b.as_slice(),
+            token: token.as_deref(),
+            fetched_at: *fetched_at,
+        })
         .collect();
     let frames = detached(py, || {
         let (frames, results) = parse::parse_listings(&inputs);

@@ -1,11 +1,11 @@
 //! `defilens.testing.Sandbox` and the bodies it serves.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3_polars::PyDataFrame;
 
 use super::arguments::{integer, number};
@@ -13,7 +13,7 @@ use crate::client::config::int_in;
 use crate::frames::candles::candles_frame;
 use crate::model::timestamp::parse_timestamp_ms;
 use crate::model::{Endpoint, INTERVALS};
-use crate::sandbox::{self, ClockConfig, SandboxConfig};
+use crate::sandbox::{self, ClockConfig, Recording, SandboxConfig};
 
 /// The longest latency a Sandbox adds, in seconds.
 const MAX_LATENCY_SECS: f64 = 3_600.0;
@@ -57,6 +57,24 @@ fn time_ms(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     Ok((seconds * 1000.0).round() as i64)
 }
 
+/// `(endpoints, tokens, fetched_at_ms, bodies, start_ms)`, as `defilens._history.read_recording`
+/// returns them.
+fn recording_of(value: &Bound<'_, PyAny>) -> PyResult<Recording> {
+    type Lists = (Vec<String>, Vec<String>, Vec<i64>, Vec<Vec<u8>>, i64);
+    let (endpoints, tokens, times, bodies, start_ms): Lists = value.extract()?;
+    let mut recording = Recording::starting_at(start_ms);
+    for (((endpoint, token), at), body) in endpoints.into_iter().zip(tokens).zip(times).zip(bodies) {
+        let endpoint = Endpoint::from_name(&endpoint).ok_or_else(|| {
+            PyValueError::new_err(format!("a recorded endpoint must be listing or markets, got {endpoint:?}"))
+        })?;
+        recording.add(endpoint, token, at, bytes::Bytes::from(body));
+    }
+    if recording.len() == 0 {
+        return Err(PyValueError::new_err("the recording holds no bodies"));
+    }
+    Ok(recording.seal())
+}
+
 fn datetime_of(py: Python<'_>, ms: i64) -> PyResult<Py<PyAny>> {
     let datetime = py.import("datetime")?;
     let utc = datetime.getattr("timezone")?.getattr("utc")?;
@@ -84,7 +102,7 @@ impl PySandbox {
     /// Numbers are checked here (TypeError / ValueError naming the argument and its range);
     /// the fault rates by `SandboxConfig`.
     #[new]
-    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None, now=None, speed=None))]
+    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None, now=None, speed=None, _recording=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -101,7 +119,9 @@ impl PySandbox {
         port: Option<&Bound<'_, PyAny>>,
         now: Option<&Bound<'_, PyAny>>,
         speed: Option<&Bound<'_, PyAny>>,
+        _recording: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let recording = _recording.map(recording_of).transpose()?;
         let defaults = SandboxConfig::default();
         let latency = match latency {
             None => defaults.latency,
@@ -134,9 +154,14 @@ impl PySandbox {
             host: host.unwrap_or(defaults.host),
             port: int("port", port, 0, u16::MAX.into())? as u16,
             clock: ClockConfig {
-                start_ms: now.map(|now| time_ms("now", now)).transpose()?,
+                // A replay starts where its recording starts, unless told otherwise.
+                start_ms: match now {
+                    Some(now) => Some(time_ms("now", now)?),
+                    None => recording.as_ref().map(|r| r.start_ms()),
+                },
                 speed: speed.map(|speed| number("speed", speed)).transpose()?,
             },
+            recording: recording.map(Arc::new),
         };
         let seed = config.seed;
         let server = py.detach(|| sandbox::Sandbox::start(config)).map_err(|e| match e.kind() {
@@ -144,6 +169,27 @@ impl PySandbox {
             _ => PyRuntimeError::new_err(format!("could not start the Sandbox: {e}")),
         })?;
         Ok(PySandbox { url: server.url(), port: server.port(), seed, server: Mutex::new(Some(server)) })
+    }
+
+    /// A Sandbox that serves recorded responses instead of its market: a collect history kept
+    /// with `raw=True` (its folder, or its `raw/` folder) or a folder written by
+    /// `frames.write(path, raw=True)`. Each request gets the last body recorded for its id at or
+    /// before the clock's time, which starts at the first recorded time and stands still until
+    /// `advance`; ids and times not recorded get 404. The other settings are `Sandbox`'s.
+    #[staticmethod]
+    #[pyo3(signature = (path, **settings))]
+    fn replay<'py>(
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+        settings: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let recording = py.import("defilens._history")?.call_method1("read_recording", (path,))?;
+        let kwargs = match settings {
+            Some(settings) => settings.copy()?,
+            None => PyDict::new(py),
+        };
+        kwargs.set_item("_recording", recording)?;
+        py.get_type::<PySandbox>().call((), Some(&kwargs))
     }
 
     /// Base URL to pass as `base_url=`.

@@ -20,7 +20,8 @@
 //! 5. the fault draw (drop, 503, 429, truncate, invalid JSON, in that order of ranges);
 //! 6. ids beginning with `unknown` get 404. This comes after the faults, because a flaky network
 //!    or an overloaded server does not know which tokens exist;
-//! 7. the data.
+//! 7. the data: the market's, or with a recording the last body recorded for the (endpoint,
+//!    token) at or before the clock's time (404 for ids and times the recording does not cover).
 
 mod clock;
 mod data;
@@ -28,6 +29,7 @@ mod listing_body;
 mod market;
 mod markets_body;
 mod precise_timer;
+mod recording;
 mod responses;
 mod server;
 
@@ -44,6 +46,7 @@ use tokio::sync::watch;
 pub use clock::wall_clock_ms;
 pub use clock::ClockConfig;
 pub use market::{level_of, Candle, HISTORY};
+pub use recording::Recording;
 pub use responses::body;
 
 use crate::runtime::runtime;
@@ -77,6 +80,8 @@ pub struct SandboxConfig {
     /// 0 picks a free port.
     pub port: u16,
     pub clock: ClockConfig,
+    /// When set, the Sandbox replays these bodies instead of its market (404 outside them).
+    pub recording: Option<Arc<Recording>>,
 }
 
 impl Default for SandboxConfig {
@@ -94,6 +99,7 @@ impl Default for SandboxConfig {
             host: "127.0.0.1".into(),
             port: 0,
             clock: ClockConfig::WALL,
+            recording: None,
         }
     }
 }

@@ -251,7 +251,12 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
         }
         Some(Fault::InvalidJson) => Reply::ok(invalid_json_body(endpoint, &token)),
         None | Some(Fault::Truncate) => {
-            let mut reply = if token.starts_with("unknown") {
+            let mut reply = if let Some(recording) = &config.recording {
+                match recording.body(endpoint, &token, shared.clock.now_ms()) {
+                    Some(body) => Reply::ok(body),
+                    None => Reply::error(404, "not found (not in the recording at this time)"),
+                }
+            } else if token.starts_with("unknown") {
                 Reply::error(404, "not found")
             } else {
                 let now_ms = shared.clock.now_ms();

@@ -1,0 +1,3 @@
+//! The history a `collect` writes on disk: what needs the operating system rather than polars.
+
+pub mod swap;
