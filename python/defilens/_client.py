@@ -6,7 +6,7 @@ import datetime
 import ipaddress
 import os
 import warnings
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -244,6 +244,7 @@ class Client(_BaseClient):
         max_failed_rounds: int = 3,
         raw: bool = False,
         compact: bool = False,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> int:
         """Fetches ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) and appends each
         round to a Hive-partitioned Parquet history at ``out`` (read it with `defilens.scan`).
@@ -251,7 +252,8 @@ class Client(_BaseClient):
         Keeps to the schedule without drift, writes each file atomically, stops after ``count``
         rounds (``None``: until Ctrl-C). Returns the number of rounds written. ``raw=True`` also
         keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        ``compact=True`` rewrites each day into one file per frame once it has closed.
+        ``compact=True`` rewrites each day into one file per frame once it has closed. ``out`` may
+        be an object storage URL (``s3://bucket/prefix``) with polars-style ``storage_options``.
 
         Fails loudly: a round in which every request failed is a failed round. An
         authentication or permission failure raises at once; ``max_failed_rounds`` failed
@@ -270,6 +272,7 @@ class Client(_BaseClient):
             max_failed_rounds=max_failed_rounds,
             raw=raw,
             compact=compact,
+            storage_options=storage_options,
         )
 
     def __enter__(self) -> "Client":

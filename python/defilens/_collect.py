@@ -6,11 +6,12 @@ import datetime as dt
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
 
 import polars as pl
 
 from ._frames import FRAME_NAMES, Frames, PathLike, _write_atomically
+from ._storage import Remote, location
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -57,8 +58,8 @@ STOP_AT_ONCE = ("auth", "forbidden")
 
 
 def write_round(
-    frames: Frames, out: Path, started: dt.datetime, round_number: int, raw: bool = False
-) -> "list[Path]":
+    frames: Frames, out: "Union[Path, Remote]", started: dt.datetime, round_number: int, raw: bool = False
+) -> "list[Union[Path, str]]":
     """Appends one round: ``out/<frame>/date=YYYY-MM-DD/<stamp>-r<round>.parquet`` per frame,
     and with ``raw`` the round's response bodies under ``out/raw/`` the same way.
 
@@ -71,13 +72,18 @@ def write_round(
     tables = [(name, _with_fetched_at(getattr(frames, name), fetched_at, started)) for name in FRAME_NAMES]
     if raw:
         tables.append((RAW, raw_frame(frames, started)))
-    written = []
+    written: "list[Union[Path, str]]" = []
     for name, table in tables:
-        folder = out / name / f"date={date}"
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{stamp}-r{round_number:06d}.parquet"
-        _write_atomically(table, target, "parquet")
-        written.append(target)
+        file_name = f"{stamp}-r{round_number:06d}.parquet"
+        if isinstance(out, Path):
+            folder = out / name / f"date={date}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_atomically(table, folder / file_name, "parquet")
+            written.append(folder / file_name)
+        else:
+            url = out.join(name, f"date={date}", file_name)
+            out.write(table, url, "parquet")
+            written.append(url)
     return written
 
 
@@ -94,6 +100,7 @@ def collect(
     max_failed_rounds: int = 3,
     raw: bool = False,
     compact: bool = False,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> int:
     """Fetches ``token_ids`` every ``every`` and appends each round to the history at ``out``.
 
@@ -102,7 +109,8 @@ def collect(
     Stops after ``count`` rounds (``None``: until Ctrl-C). Returns the number of rounds written.
     ``raw`` also keeps each round's response bodies (``defilens.reparse`` rebuilds the frames
     from them); ``compact`` rewrites each day into one file per frame once the day has closed
-    (see `defilens.compact`).
+    (see `defilens.compact`). ``out`` may be an object storage URL (``s3://bucket/prefix``)
+    with polars-style ``storage_options``.
     """
     interval = parse_every(every)
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
@@ -110,8 +118,9 @@ def collect(
     if isinstance(max_failed_rounds, bool) or not isinstance(max_failed_rounds, int) or max_failed_rounds < 1:
         raise ValueError(f"max_failed_rounds must be a positive int, got {max_failed_rounds!r}")
     ids = list(token_ids)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = location(out, storage_options)
+    if isinstance(folder, Path):
+        folder.mkdir(parents=True, exist_ok=True)
     origin = time.monotonic()
     rounds = 0
     failed_in_a_row = 0
@@ -129,7 +138,7 @@ def collect(
         if compact and (last_compacted is None or started - last_compacted >= COMPACT_EVERY):
             from ._history import compact as compact_history
 
-            compact_history(folder, now=started)
+            compact_history(out, now=started, storage_options=storage_options)
             last_compacted = started
         if on_round is not None:
             on_round(rounds, frames)

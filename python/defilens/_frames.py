@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
@@ -135,25 +135,42 @@ class Frames:
             yield name, getattr(self, name)
         yield "errors", self.errors
 
-    def write(self, path: PathLike, *, format: str = "parquet", raw: bool = False) -> Path:
+    def write(
+        self,
+        path: PathLike,
+        *,
+        format: str = "parquet",
+        raw: bool = False,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> Union[Path, str]:
         """Writes every frame to ``path/<frame>.<format>`` (a folder) and returns the folder.
 
         ``format`` is ``"parquet"`` (round-trips every dtype; read back with `defilens.read`),
         ``"csv"`` or ``"ndjson"`` (lists and datetimes become text). ``raw=True`` also writes
-        the response bodies to ``path/raw.parquet``, which `Sandbox.replay` serves.
+        the response bodies to ``path/raw.parquet``, which `Sandbox.replay` serves. ``path`` may
+        be an object storage URL (``s3://bucket/prefix``) with polars-style ``storage_options``;
+        no file or object ever appears half-written under its final name.
         """
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, frame in self.items():
-            target = folder / f"{name}.{format}"
-            _write_atomically(frame, target, format)
+        from ._storage import location
+
+        where = location(path, storage_options)
+        tables = list(self.items())
         if raw:
             from ._history import raw_frame
 
             first = self.log["fetched_at"].min() if self.log.height else None
             started = first if isinstance(first, dt.datetime) else dt.datetime.now(dt.timezone.utc)
-            _write_atomically(raw_frame(self, started), folder / "raw.parquet", "parquet")
-        return folder
+            tables.append(("raw", raw_frame(self, started)))
+        if isinstance(where, Path):
+            where.mkdir(parents=True, exist_ok=True)
+        for name, frame in tables:
+            file_format = "parquet" if name == "raw" else format
+            if isinstance(where, Path):
+                _write_atomically(frame, where / f"{name}.{file_format}", file_format)
+            else:
+                text_ready = frame if file_format == "parquet" else _for_text_formats(frame)
+                where.write(text_ready, where.join(f"{name}.{file_format}"), file_format)
+        return where if isinstance(where, Path) else where.url
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Frames is read-only; use its DataFrames' methods to derive new ones")
@@ -259,18 +276,27 @@ def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
-def read(path: PathLike) -> Frames:
-    """Reads a folder written by `Frames.write` (Parquet) back into `Frames`."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no Frames folder at {str(folder)!r}")
+def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Frames:
+    """Reads a folder written by `Frames.write` (Parquet) back into `Frames`; ``path`` may be an
+    object storage URL with ``storage_options``."""
+    from ._storage import location
+
+    where = location(path, storage_options)
     frames = {}
-    for name in FRAME_NAMES:
-        file = folder / f"{name}.parquet"
-        if file.exists():
-            frames[name] = _restore_dtypes(pl.read_parquet(file))
+    if isinstance(where, Path):
+        if not where.is_dir():
+            raise FileNotFoundError(f"no Frames folder at {str(where)!r}")
+        for name in FRAME_NAMES:
+            file = where / f"{name}.parquet"
+            if file.exists():
+                frames[name] = _restore_dtypes(pl.read_parquet(file))
+    else:
+        for name in FRAME_NAMES:
+            url = where.join(f"{name}.parquet")
+            if where.exists(url):
+                frames[name] = _restore_dtypes(where.read(url))
     if not frames:
-        raise FileNotFoundError(f"{str(folder)!r} holds no <frame>.parquet files written by Frames.write")
+        raise FileNotFoundError(f"{os.fspath(path)!r} holds no <frame>.parquet files written by Frames.write")
     return Frames(frames)
 
 
@@ -293,7 +319,9 @@ def concat(frames: Sequence[Frames]) -> Frames:
     return Frames(stacked, raw, [error for f in frames for error in f._exceptions])
 
 
-def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
+def scan(
+    path: PathLike, frame: str = "indicators", *, storage_options: Optional[Mapping[str, Any]] = None
+) -> pl.LazyFrame:
     """A `pl.LazyFrame` over the history written by `Client.collect` / ``defilens collect``.
 
     ``path`` is the collect folder; ``frame`` one of the frame names, ``"errors"`` (the
@@ -302,14 +330,24 @@ def scan(path: PathLike, frame: str = "indicators") -> pl.LazyFrame:
     Hive-partitioned Parquet (``path/<frame>/date=YYYY-MM-DD/*.parquet``), so polars, DuckDB or
     Spark can also read it directly.
     """
+    from ._storage import location
+
     if frame == "errors":
-        return scan(path, "log").filter(~pl.col("ok"))
+        return scan(path, "log", storage_options=storage_options).filter(~pl.col("ok"))
     if frame not in FRAME_NAMES and frame != "raw":
         raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)}, errors or raw, got {frame!r}")
-    folder = Path(path) / frame
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no {frame!r} history under {str(path)!r} (is it a collect folder?)")
-    lazy = pl.scan_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True)
+    where = location(path, storage_options)
+    if isinstance(where, Path):
+        folder = where / frame
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no {frame!r} history under {str(path)!r} (is it a collect folder?)")
+        lazy = pl.scan_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True)
+    else:
+        if not where.is_dir(where.join(frame)):
+            raise FileNotFoundError(f"no {frame!r} history under {where.url!r} (is it a collect folder?)")
+        lazy = pl.scan_parquet(
+            where.join(frame, "**", "*.parquet"), hive_partitioning=True, storage_options=where.storage_options
+        )
     schema = lazy.collect_schema()
     if "interval" in schema and schema["interval"] != INTERVAL:
         lazy = lazy.with_columns(pl.col("interval").cast(pl.String).cast(INTERVAL))

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import polars as pl
 
 from . import _core
 from ._frames import FRAME_NAMES, Frames, PathLike, _ctrl_c_deferred, _restore_dtypes, _write_atomically
+from ._storage import Remote, location
 
 __all__ = ["compact", "reparse", "raw_frame", "RAW"]
 
@@ -121,8 +123,8 @@ def _closed(day: dt.date, now: dt.datetime) -> bool:
     return now - day_end >= CLOSED_AFTER
 
 
-def _read_partition(files: List[Path]) -> pl.DataFrame:
-    frame = pl.concat([pl.read_parquet(file) for file in files], how="diagonal_relaxed")
+def _read_partition(files: "List[Path] | List[str]", read: Callable[[Any], pl.DataFrame] = pl.read_parquet) -> pl.DataFrame:
+    frame = pl.concat([read(file) for file in files], how="diagonal_relaxed")
     keys = [column for column in ("token", "fetched_at") if column in frame.columns]
     return frame.sort(keys, maintain_order=True) if keys else frame
 
@@ -159,7 +161,9 @@ def _one_compaction_at_a_time(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def compact(path: PathLike, *, now: Optional[dt.datetime] = None) -> Dict[str, int]:
+def compact(
+    path: PathLike, *, now: Optional[dt.datetime] = None, storage_options: Optional[Mapping[str, Any]] = None
+) -> Dict[str, int]:
     """Rewrites each closed day of each frame of the history at ``path`` into one file sorted by
     token and ``fetched_at``; returns ``{"partitions": compacted, "files_before": ...,
     "files_after": ..., "skipped_open": ...}``.
@@ -169,12 +173,22 @@ def compact(path: PathLike, *, now: Optional[dt.datetime] = None) -> Dict[str, i
     is left alone; a day that received more files is compacted again with them) and safe to
     interrupt at any point: at worst the old files remain. ``now`` (default: the wall clock)
     decides which days are closed.
+
+    ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
+    ``storage_options``. Object stores cannot swap folders: there the compacted object is written
+    (atomically, under its final name) and then the old objects are deleted, so a reader in
+    between sees some rows twice, and a crash in between leaves them twice until the next run,
+    which finds the old objects named in the compacted one and deletes them.
     """
-    folder = Path(path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no history at {str(folder)!r}")
     now = now or dt.datetime.now(dt.timezone.utc)
     report = {"partitions": 0, "files_before": 0, "files_after": 0, "skipped_open": 0}
+    where = location(path, storage_options)
+    if isinstance(where, Remote):
+        _compact_remote(where, now, report)
+        return report
+    folder = where
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no history at {str(folder)!r}")
     with _one_compaction_at_a_time(folder):
         staging = folder / STAGING
         shutil.rmtree(staging, ignore_errors=True)  # what an interrupted run left
@@ -197,6 +211,42 @@ def compact(path: PathLike, *, now: Optional[dt.datetime] = None) -> Dict[str, i
                 report["files_after"] += 1
         shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+#: Parquet metadata key of a compacted object: the names of the objects it was made from.
+SOURCES_KEY = "defilens.compacted_from"
+
+
+def _compact_remote(where: Remote, now: dt.datetime, report: Dict[str, int]) -> None:
+    if not where.is_dir(where.url):
+        raise FileNotFoundError(f"no history at {where.url!r}")
+    for name in (*FRAME_NAMES, RAW):
+        for folder_name in where.folders(where.join(name)):
+            match = _PARTITION.fullmatch(folder_name)
+            if not match:
+                continue
+            if not _closed(dt.date.fromisoformat(match.group(1)), now):
+                report["skipped_open"] += 1
+                continue
+            partition = where.join(name, folder_name)
+            target = where.join(name, folder_name, COMPACTED)
+            files = where.files(partition)
+            if target in files:
+                # Finish what a crash interrupted: objects the compacted one was made from.
+                made_from = set(json.loads(where.metadata(target).get(SOURCES_KEY, "[]")))
+                leftovers = [f for f in files if f.rsplit("/", 1)[1] in made_from]
+                where.remove(leftovers)
+                files = [f for f in files if f not in leftovers]
+            if files == [target] or not files:
+                continue
+            sources = [f for f in files if f != target]
+            frame = _read_partition(files, where.read)
+            made_of = json.dumps([f.rsplit("/", 1)[1] for f in sources])
+            where.write(frame, target, "parquet", metadata={SOURCES_KEY: made_of})
+            where.remove(sources)
+            report["partitions"] += 1
+            report["files_before"] += len(files)
+            report["files_after"] += 1
 
 
 def _reparse_round(archive: pl.DataFrame, started: dt.datetime) -> Dict[str, pl.DataFrame]:
@@ -226,19 +276,25 @@ def _reparse_round(archive: pl.DataFrame, started: dt.datetime) -> Dict[str, pl.
     }
 
 
-def reparse(path: PathLike) -> Frames:
+def reparse(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Frames:
     """Rebuilds every frame of the history at ``path`` from its raw archive (``collect(...,
     raw=True)`` or ``--raw``) with the parser installed now, round by round: the frames `collect`
     wrote, with the same ``fetched_at``, in the shape `scan` reads them (without the ``date``
     column). ``log`` comes back empty: it records HTTP exchanges, which the bodies do not hold.
     """
-    folder = Path(path) / RAW
-    files = sorted(folder.glob("date=*/*.parquet")) if folder.is_dir() else []
+    where = location(path, storage_options)
+    if isinstance(where, Remote):
+        files: "list[Any]" = [f for day in where.folders(where.join(RAW)) for f in where.files(where.join(RAW, day))]
+        read: Callable[[Any], pl.DataFrame] = where.read
+    else:
+        folder = where / RAW
+        files = sorted(folder.glob("date=*/*.parquet")) if folder.is_dir() else []
+        read = pl.read_parquet
     if not files:
         raise FileNotFoundError(
-            f"no raw archive under {str(path)!r}: collect with raw=True (or --raw) keeps the bodies to re-parse"
+            f"no raw archive under {os.fspath(path)!r}: collect with raw=True (or --raw) keeps the bodies to re-parse"
         )
-    archive = pl.concat([pl.read_parquet(file) for file in files], how="vertical_relaxed")
+    archive = pl.concat([read(file) for file in files], how="vertical_relaxed")
     rounds = [
         _reparse_round(one_round, started)
         for (started,), one_round in archive.sort("round_start", maintain_order=True).group_by(
