@@ -23,6 +23,13 @@ fn number(out: &mut String, key: &str, value: f64) {
     }
 }
 
+/// Writes `"<family>_<interval>":[names],` for each family.
+fn pattern_fields<const N: usize>(out: &mut String, interval: &str, families: [(&str, &Vec<&str>); N]) {
+    for (family, names) in families {
+        let _ = write!(out, "\"{family}_{interval}\":{},", json_list(names));
+    }
+}
+
 fn percent_change(now: f64, before: f64) -> f64 {
     (now / before - 1.0) * 100.0
 }
@@ -50,6 +57,8 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
     let max_supply = profile.max_over_total.map(|ratio| (total_supply * ratio).round());
     let market_cap = price * circulating;
     let change = |window_ms: i64| percent_change(price, market.price_at(at - window_ms));
+    // Windows used by several fields, each read off the path once.
+    let (change_hour, change_day, change_week) = (change(HOUR_MS), change(DAY_MS), change(7 * DAY_MS));
     let cap_change = |window_ms: i64| percent_change(market_cap, market.market_cap_at(at - window_ms));
     let volume_change = |window_ms: i64| {
         percent_change(
@@ -130,21 +139,22 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
         let _ = write!(o, "\"holders_change_percentage_24h\":{:.3},", rng.range(-2.0, 2.0));
     }
 
+    let (cap_change_week, volume_change_week) = (cap_change(7 * DAY_MS), volume_change(7 * DAY_MS));
     for (field, value) in [
         ("market_cap_change_percentage_24h", cap_change(DAY_MS)),
-        ("market_cap_change_percentage_1w", cap_change(7 * DAY_MS)),
-        ("market_cap_percentage_change_7d", cap_change(7 * DAY_MS)),
-        ("price_change_percentage_24h", change(DAY_MS)),
-        ("price_percent_change_1h", change(HOUR_MS)),
-        ("price_percent_change_24h", change(DAY_MS)),
-        ("price_percent_change_7d", change(7 * DAY_MS)),
+        ("market_cap_change_percentage_1w", cap_change_week),
+        ("market_cap_percentage_change_7d", cap_change_week),
+        ("price_change_percentage_24h", change_day),
+        ("price_percent_change_1h", change_hour),
+        ("price_percent_change_24h", change_day),
+        ("price_percent_change_7d", change_week),
         ("price_percent_change_30d", change(30 * DAY_MS)),
         ("price_percent_change_60d", change(60 * DAY_MS)),
         ("price_percent_change_90d", change(90 * DAY_MS)),
-        ("price_percent_change_1w", change(7 * DAY_MS)),
+        ("price_percent_change_1w", change_week),
         ("volume_change_24h", volume_change(DAY_MS)),
-        ("volume_change_1w", volume_change(7 * DAY_MS)),
-        ("volume_percentage_change_7d", volume_change(7 * DAY_MS)),
+        ("volume_change_1w", volume_change_week),
+        ("volume_percentage_change_7d", volume_change_week),
         ("supply_percentage_change_24h", percent_change(circulating, profile.circulating_supply(at - DAY_MS))),
     ] {
         let _ = write!(o, "\"{field}\":{value:.4},");
@@ -153,11 +163,10 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
     // Derivatives follow the price: open interest swells with a rally, funding and the
     // long/short ratio lean with the last moves, and liquidations hit the side the market moved
     // against.
-    let open_interest = market_cap * rng.range(0.001, 0.05) * (1.0 + 0.5 * (change(DAY_MS) / 10.0).tanh());
+    let open_interest = market_cap * rng.range(0.001, 0.05) * (1.0 + 0.5 * (change_day / 10.0).tanh());
     let funding_rate = 0.0001 + 0.0005 * (change(8 * HOUR_MS) / 2.0).tanh();
     let _ = write!(o, "\"open_interest\":{open_interest:.2},\"funding_rate\":{funding_rate:.6},");
-    for (window, window_ms) in [("1h", HOUR_MS), ("4h", 4 * HOUR_MS), ("24h", DAY_MS)] {
-        let moved = change(window_ms);
+    for (window, moved) in [("1h", change_hour), ("4h", change(4 * HOUR_MS)), ("24h", change_day)] {
         let _ = write!(
             o,
             "\"open_interest_change_{window}\":{:.4},\"long_short_ratio_{window}\":{:.4},",
@@ -191,29 +200,33 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
         let level = level_of(interval).unwrap_or_default();
         let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
         let found = patterns_of(interval);
-        for (family, names) in [
-            ("single_pattern", &found.single),
-            ("double_pattern", &found.double),
-            ("tripple_pattern", &found.triple),
-            ("chartpattern", &found.chart),
-            ("candlestick_pattern", &found.summary),
-        ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(names));
-        }
+        pattern_fields(
+            o,
+            interval,
+            [
+                ("single_pattern", &found.single),
+                ("double_pattern", &found.double),
+                ("tripple_pattern", &found.triple),
+                ("chartpattern", &found.chart),
+                ("candlestick_pattern", &found.summary),
+            ],
+        );
     }
 
     for interval in GROUPED_INTERVALS {
         let found = patterns_of(interval);
-        for (family, names) in [
-            ("triangle_pattern", &found.triangle),
-            ("head_shoulder_pattern", &found.head_shoulder),
-            ("multiple_top_bottom_pattern", &found.multiple_top_bottom),
-            ("double_top_bottom_pattern", &found.double_top_bottom),
-            ("wedge_pattern", &found.wedge),
-            ("channel_pattern", &found.channel),
-        ] {
-            let _ = write!(o, "\"{family}_{interval}\":{},", json_list(names));
-        }
+        pattern_fields(
+            o,
+            interval,
+            [
+                ("triangle_pattern", &found.triangle),
+                ("head_shoulder_pattern", &found.head_shoulder),
+                ("multiple_top_bottom_pattern", &found.multiple_top_bottom),
+                ("double_top_bottom_pattern", &found.double_top_bottom),
+                ("wedge_pattern", &found.wedge),
+                ("channel_pattern", &found.channel),
+            ],
+        );
     }
     o.pop(); // the comma after the last field
 

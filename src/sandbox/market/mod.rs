@@ -137,7 +137,7 @@ impl TokenMarket {
 
 /// The close time of the last 5-minute candle at `now_ms`: the moment a body describes.
 pub fn last_close_ms(now_ms: i64) -> i64 {
-    boundary_ms(FINEST, last_boundary(FINEST, now_ms))
+    last_close_of(FINEST, now_ms)
 }
 
 /// The close time of the last closed candle of `level` at `now_ms`.
