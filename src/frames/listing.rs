@@ -4,12 +4,14 @@
 use std::borrow::Cow;
 
 use polars::prelude::*;
+use polars_arrow::array::View;
 
 use super::columns::{
     f64_builder, finish_list, finish_millis, finish_primitive, frame, i64_builder, list_builder, push_list,
     str_builder, ColumnBuilder, IntervalColumn,
 };
 use super::drift::{DriftColumns, DriftRow};
+use super::string_views::StringViews;
 use super::ListingFrames;
 use crate::model::fields::{COMMUNITY_KEYS, SNAPSHOT_FIELDS};
 use crate::model::value::Typed;
@@ -68,7 +70,7 @@ pub struct ListingColumns {
     signals: LongColumns,
     signal_values: StringChunkedBuilder,
     patterns: LongColumns,
-    pattern_values: StringChunkedBuilder,
+    pattern_values: StringViews,
     ta_token: StringChunkedBuilder,
     ta_interval: IntervalColumn,
     ta_updated_at: PrimitiveChunkedBuilder<Int64Type>,
@@ -84,33 +86,32 @@ pub struct ListingColumns {
 
 /// The token, interval and name columns of a long frame; its value column is kept beside.
 struct LongColumns {
-    token: StringChunkedBuilder,
+    token: StringViews,
     interval: IntervalColumn,
-    name: StringChunkedBuilder,
+    name: StringViews,
 }
 
 impl LongColumns {
     fn new(name_column: &str, capacity: usize) -> Self {
         Self {
-            token: str_builder("token", capacity),
+            token: StringViews::new("token", capacity),
             interval: IntervalColumn::new("interval", capacity),
-            name: str_builder(name_column, capacity),
+            name: StringViews::new(name_column, capacity),
         }
     }
 
-    fn push(&mut self, token: &str, interval: Interval, name: &str) {
-        self.token.append_value(token);
+    #[inline]
+    fn push(&mut self, token: View, interval: Interval, name: &Name) {
+        self.token.push_view(token);
         self.interval.push(interval);
-        self.name.append_value(name);
+        match name {
+            Cow::Borrowed(name) => self.name.push_static(name),
+            Cow::Owned(name) => self.name.push_remembered(name),
+        }
     }
 
     fn finish(self, value_column: Column) -> DataFrame {
-        frame(vec![
-            self.token.finish().into_column(),
-            self.interval.finish(),
-            self.name.finish().into_column(),
-            value_column,
-        ])
+        frame(vec![self.token.finish(), self.interval.finish(), self.name.finish(), value_column])
     }
 }
 
@@ -127,7 +128,7 @@ impl ListingColumns {
             signals: LongColumns::new("indicator", tokens * 6),
             signal_values: str_builder("value", tokens * 6),
             patterns: LongColumns::new("family", tokens * 8),
-            pattern_values: str_builder("pattern", tokens * 8),
+            pattern_values: StringViews::new("pattern", tokens * 8),
             ta_token: str_builder("token", tokens * 5),
             ta_interval: IntervalColumn::new("interval", tokens * 5),
             ta_updated_at: i64_builder("updated_at", tokens * 5),
@@ -149,17 +150,25 @@ impl ListingColumns {
         for (column, value) in self.snapshot_fields.iter_mut().zip(&rows.scalars) {
             column.push(value);
         }
+        // The token's bytes once per frame and body; each row a view of them.
+        let token_view = self.indicators.token.store(token);
         for (interval, name, value) in rows.indicators {
-            self.indicators.push(token, interval, &name);
+            self.indicators.push(token_view, interval, &name);
             self.indicator_values.append_option(value);
         }
-        for (interval, name, value) in rows.signals {
-            self.signals.push(token, interval, &name);
-            self.signal_values.append_option(value.as_deref());
+        if !rows.signals.is_empty() {
+            let token_view = self.signals.token.store(token);
+            for (interval, name, value) in rows.signals {
+                self.signals.push(token_view, interval, &name);
+                self.signal_values.append_option(value.as_deref());
+            }
         }
-        for (interval, family, pattern) in rows.patterns {
-            self.patterns.push(token, interval, &family);
-            self.pattern_values.append_option(pattern.as_deref());
+        if !rows.patterns.is_empty() {
+            let token_view = self.patterns.token.store(token);
+            for (interval, family, pattern) in rows.patterns {
+                self.patterns.push(token_view, interval, &family);
+                self.pattern_values.push_option_remembered(pattern.as_deref());
+            }
         }
         for (interval, millis) in rows.ta_updated {
             self.ta_token.append_value(token);
@@ -208,7 +217,7 @@ impl ListingColumns {
             snapshot: frame(snapshot),
             indicators: self.indicators.finish(finish_primitive(self.indicator_values).into_column()),
             signals: self.signals.finish(self.signal_values.finish().into_column()),
-            patterns: self.patterns.finish(self.pattern_values.finish().into_column()),
+            patterns: self.patterns.finish(self.pattern_values.finish()),
             ta_updated: frame(vec![
                 self.ta_token.finish().into_column(),
                 self.ta_interval.finish(),

@@ -8,6 +8,7 @@ pub mod drift;
 pub mod listing;
 pub mod log;
 pub mod markets;
+pub mod string_views;
 
 use polars::prelude::DataFrame;
 

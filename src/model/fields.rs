@@ -4,7 +4,11 @@
 //! (`rsi14_1h`, `tripple_pattern_24h`, `ta_5m_updated_at`). This module names them; the
 //! parser (`parse::listing`) decides per field where its value goes.
 
-use super::Interval;
+use std::sync::LazyLock;
+
+use polars::prelude::PlHashMap;
+
+use super::{Interval, INTERVALS};
 
 /// The target column type of a snapshot field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,6 +245,65 @@ pub fn unknown_interval(key: &str) -> Option<&str> {
     (known && looks_like_interval(suffix) && Interval::from_suffix(suffix).is_none()).then_some(suffix)
 }
 
+/// What a key of the listing's `data` object is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataKey<'a> {
+    /// A snapshot column, by its index in `SNAPSHOT_FIELDS`.
+    Snapshot(usize),
+    Suffixed(SuffixedKey<'a>),
+    /// A known family (or `ta_<i>_updated_at`) on an interval that is not one of `INTERVALS`.
+    UnknownInterval(&'a str),
+    /// Anything else: not read.
+    Other,
+}
+
+/// Classifies a key of `data`; the same answer as `classify_uncached`, from a table for the
+/// keys the catalogue names (this runs for every key of every body).
+pub fn classify_data_key(key: &str) -> DataKey<'_> {
+    match CATALOGUE_KEYS.get(key) {
+        Some(known) => known.clone(),
+        None => classify_uncached(key),
+    }
+}
+
+fn classify_uncached(key: &str) -> DataKey<'_> {
+    if let Some(index) = snapshot_field_index(key) {
+        DataKey::Snapshot(index)
+    } else if let Some(suffixed) = parse_suffixed_key(key) {
+        DataKey::Suffixed(suffixed)
+    } else if let Some(interval) = unknown_interval(key) {
+        DataKey::UnknownInterval(interval)
+    } else {
+        DataKey::Other
+    }
+}
+
+/// Every snapshot field, every known family on every interval and every `ta_<i>_updated_at`,
+/// classified once.
+static CATALOGUE_KEYS: LazyLock<PlHashMap<String, DataKey<'static>>> = LazyLock::new(|| {
+    let families = NUMERIC_FAMILIES.iter().chain(TEXT_FAMILIES).chain(PATTERN_FAMILIES.iter().map(|(wire, _)| wire));
+    let mut keys: Vec<String> = SNAPSHOT_FIELDS.iter().map(|(name, _)| name.to_string()).collect();
+    for interval in INTERVALS {
+        keys.push(format!("ta_{interval}_updated_at"));
+        keys.extend(families.clone().map(|family| format!("{family}_{interval}")));
+    }
+    keys.into_iter()
+        .map(|key| {
+            let class = match classify_uncached(&key) {
+                DataKey::Snapshot(index) => DataKey::Snapshot(index),
+                DataKey::Suffixed(SuffixedKey::Known { name, kind, interval }) => {
+                    DataKey::Suffixed(SuffixedKey::Known { name, kind, interval })
+                }
+                DataKey::Suffixed(SuffixedKey::TaUpdated { interval }) => {
+                    DataKey::Suffixed(SuffixedKey::TaUpdated { interval })
+                }
+                other => unreachable!("the catalogue's own key {key:?} classified as {other:?}"),
+            };
+            (key, class)
+        })
+        .collect()
+});
+
 /// Name in the patterns frame for an unknown family carrying a string array: the `_pattern`
 /// tail is dropped, as it is for the known pattern families.
 pub fn unknown_pattern_family(name: &str) -> &str {
@@ -358,6 +421,20 @@ mod tests {
             assert_eq!(snapshot_field_index(name), Some(index), "{name}");
         }
         assert_eq!(snapshot_field_index("rsi14_1h"), None);
+    }
+
+    #[test]
+    fn the_key_table_agrees_with_the_rules() {
+        assert!(CATALOGUE_KEYS.len() > SNAPSHOT_FIELDS.len() + 6 * 20);
+        for key in CATALOGUE_KEYS.keys() {
+            assert_eq!(classify_data_key(key), classify_uncached(key), "{key}");
+        }
+        assert_eq!(
+            classify_data_key("ema50_1h"),
+            DataKey::Suffixed(SuffixedKey::Unknown { name: "ema50", interval: iv("1h") })
+        );
+        assert_eq!(classify_data_key("rsi14_1m"), DataKey::UnknownInterval("1m"));
+        assert_eq!(classify_data_key("unheard_of"), DataKey::Other);
     }
 
     #[test]

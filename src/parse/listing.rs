@@ -13,12 +13,12 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 
 use super::document::{field_label, parse_document, seed_from_visitor, DecodeContext, FieldPath};
 use super::general_info::GeneralInfo;
+use super::scanner::Scanner;
 use crate::error::{Endpoint, Error};
 use crate::frames::listing::Name;
 use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::fields::{
-    parse_suffixed_key, snapshot_field_index, unknown_interval, unknown_pattern_family, FamilyKind, ScalarType,
-    SuffixedKey, SNAPSHOT_FIELDS,
+    classify_data_key, unknown_pattern_family, DataKey, FamilyKind, ScalarType, SuffixedKey, SNAPSHOT_FIELDS,
 };
 use crate::model::value::{convert, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
 use crate::model::Interval;
@@ -92,33 +92,107 @@ impl<'de> Visitor<'de> for ListingData<'_, 'de> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let pending = self.0;
         while let Some(BorrowedStr(key)) = map.next_key()? {
-            if let Some(index) = snapshot_field_index(&key) {
-                pending.field = Some(("data", key));
-                let value: Value<'de> = map.next_value()?;
-                match convert(value, SNAPSHOT_FIELDS[index].1) {
-                    Ok(typed) => pending.rows.scalars[index] = typed,
-                    Err(mismatch) => pending.drifted(mismatch),
-                }
-            } else if let Some(suffixed) = parse_suffixed_key(&key) {
-                let suffixed = own_suffixed(suffixed);
-                pending.field = Some(("data", key));
-                let value: Value<'de> = map.next_value()?;
-                if let Err(mismatch) = route_suffixed(&mut pending.rows, suffixed, value) {
-                    pending.drifted(mismatch);
-                }
-            } else if let Some(interval) = unknown_interval(&key) {
-                let found = format!("the interval {interval:?}");
-                pending.field = Some(("data", key));
-                map.next_value::<IgnoredAny>()?;
-                pending.drifted(Mismatch { expected: INTERVAL_NAMES, found });
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-            // Between keys the error still belongs to `data`.
-            pending.field = Some(("", Cow::Borrowed("data")));
+            read_data_field(pending, key, &mut SerdeValues(&mut map))?;
         }
         Ok(())
     }
+}
+
+/// Where the value of a `data` field is read from: serde_json's map, or the scanner.
+trait FieldValues<'de> {
+    type Error;
+    fn value(&mut self) -> Result<Value<'de>, Self::Error>;
+    fn skip(&mut self) -> Result<(), Self::Error>;
+}
+
+struct SerdeValues<'a, A>(&'a mut A);
+
+impl<'de, A: MapAccess<'de>> FieldValues<'de> for SerdeValues<'_, A> {
+    type Error = A::Error;
+    fn value(&mut self) -> Result<Value<'de>, A::Error> {
+        self.0.next_value()
+    }
+    fn skip(&mut self) -> Result<(), A::Error> {
+        self.0.next_value::<IgnoredAny>().map(drop)
+    }
+}
+
+/// The scanner's "not mine": the body goes to serde_json.
+struct LeftToSerde;
+
+impl<'de> FieldValues<'de> for Scanner<'de> {
+    type Error = LeftToSerde;
+    fn value(&mut self) -> Result<Value<'de>, LeftToSerde> {
+        Scanner::value(self).ok_or(LeftToSerde)
+    }
+    fn skip(&mut self) -> Result<(), LeftToSerde> {
+        Scanner::skip(self).ok_or(LeftToSerde)
+    }
+}
+
+/// One field of `data`, whichever reader reads it: the catalogue decides where its value goes.
+fn read_data_field<'de, V: FieldValues<'de>>(
+    pending: &mut PendingListing<'de>,
+    key: Cow<'de, str>,
+    values: &mut V,
+) -> Result<(), V::Error> {
+    match classify_data_key(&key) {
+        DataKey::Snapshot(index) => {
+            pending.field = Some(("data", key));
+            let value = values.value()?;
+            match convert(value, SNAPSHOT_FIELDS[index].1) {
+                Ok(typed) => pending.rows.scalars[index] = typed,
+                Err(mismatch) => pending.drifted(mismatch),
+            }
+        }
+        DataKey::Suffixed(suffixed) => {
+            let suffixed = own_suffixed(suffixed);
+            pending.field = Some(("data", key));
+            let value = values.value()?;
+            if let Err(mismatch) = route_suffixed(&mut pending.rows, suffixed, value) {
+                pending.drifted(mismatch);
+            }
+        }
+        DataKey::UnknownInterval(interval) => {
+            let found = format!("the interval {interval:?}");
+            pending.field = Some(("data", key));
+            values.skip()?;
+            pending.drifted(Mismatch { expected: INTERVAL_NAMES, found });
+        }
+        DataKey::Other => values.skip()?,
+    }
+    // Between keys the error still belongs to `data`.
+    pending.field = Some(("", Cow::Borrowed("data")));
+    Ok(())
+}
+
+/// The fast path over a whole body (see `scanner`): `None` leaves the body to serde_json, and
+/// `pending` must then be thrown away.
+fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>) -> Option<()> {
+    let mut scanner = Scanner::new(body)?;
+    scanner.object(|scanner, key| {
+        match key {
+            "data" => {
+                if !scanner.at_object() {
+                    return None;
+                }
+                pending.field = Some(("", Cow::Borrowed(key)));
+                scanner.object(|scanner, key| read_data_field(pending, Cow::Borrowed(key), scanner).ok())?;
+                pending.saw_data = true;
+            }
+            "generalInfo" => {
+                // Small, nested and full of escapes: serde_json reads it, on its own slice.
+                pending.field = Some(("", Cow::Borrowed(key)));
+                let start = scanner.position();
+                scanner.skip()?;
+                parse_document(scanner.slice_from(start), GeneralInfo(pending)).ok()?;
+            }
+            _ => scanner.skip()?,
+        }
+        pending.field = None;
+        Some(())
+    })?;
+    scanner.finish()
 }
 
 /// What an interval suffix must be, for drift rows.
@@ -231,9 +305,22 @@ impl ListingBuilder {
     pub fn append(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
         let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
         let mut pending = PendingListing::default();
-        if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
-            return Err(context.json_error(&err, &pending.field));
+        if scan_listing(input.body, &mut pending).is_none() {
+            pending = PendingListing::default();
+            if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
+                return Err(context.json_error(&err, &pending.field));
+            }
         }
+        self.finish_body(&context, input, pending)
+    }
+
+    /// The rows of a body that was read whole, appended.
+    fn finish_body(
+        &mut self,
+        context: &DecodeContext<'_>,
+        input: &ListingBody<'_>,
+        pending: PendingListing<'_>,
+    ) -> Result<String, Error> {
         if !pending.saw_data {
             return Err(context.error(None, None, "the response has no `data` object"));
         }
@@ -254,6 +341,17 @@ impl ListingBuilder {
 
     pub fn finish(self) -> ListingFrames {
         self.columns.finish()
+    }
+
+    /// `append` without the fast scanner: what the scanner's results must equal.
+    #[cfg(test)]
+    pub(super) fn append_with_serde_only(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
+        let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
+        let mut pending = PendingListing::default();
+        if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
+            return Err(context.json_error(&err, &pending.field));
+        }
+        self.finish_body(&context, input, pending)
     }
 }
 

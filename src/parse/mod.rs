@@ -8,6 +8,7 @@ pub mod listing;
 pub mod markets;
 #[cfg(test)]
 mod proptests;
+mod scanner;
 
 pub use batch::{parse_listings, parse_markets};
 pub use listing::{ListingBody, ListingBuilder};

@@ -7,6 +7,17 @@ use super::markets::{MarketsBody, MarketsBuilder};
 use crate::error::Error;
 use crate::frames::ListingFrames;
 
+#[cfg(feature = "sandbox")]
+#[test]
+fn sandbox_bodies_read_the_same_as_with_serde_json() {
+    for (seed, now) in [(1, 1_795_392_000_000), (7, 1_772_368_500_000)] {
+        for token in ["bitcoin", "tether", "token-1", "token-2", "token-3", "a-long-token-name-past-twelve"] {
+            let body = crate::sandbox::body(seed, crate::model::Endpoint::Listing, token, now);
+            assert_same_as_serde(body.as_bytes()).unwrap();
+        }
+    }
+}
+
 fn sample_listing() -> String {
     String::from_utf8(crate::model::samples::LISTING.to_vec()).expect("the sample is UTF-8")
 }
@@ -15,6 +26,31 @@ fn parse_one(body: &[u8]) -> Result<ListingFrames, Error> {
     let mut builder = ListingBuilder::new(1);
     builder.append(&ListingBody { body, token: Some("fuzz"), fetched_at: None })?;
     Ok(builder.finish())
+}
+
+/// The same body through `append` (the fast scanner, serde_json when it declines) and through
+/// serde_json alone: the same frames or the same error.
+fn assert_same_as_serde(body: &[u8]) -> Result<(), TestCaseError> {
+    let mut fast = ListingBuilder::new(1);
+    let mut serde = ListingBuilder::new(1);
+    let input = ListingBody { body, token: Some("fuzz"), fetched_at: Some(7) };
+    match (fast.append(&input), serde.append_with_serde_only(&input)) {
+        (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => prop_assert!(false, "fast {:?} but serde_json {:?}", a, b),
+    }
+    let (fast, serde) = (fast.finish(), serde.finish());
+    for ((name, a), (_, b)) in fast.into_named().into_iter().zip(serde.into_named()) {
+        prop_assert!(a.equals_missing(&b), "{} differs:\n{}\n{}", name, a, b);
+        for (column_a, column_b) in a.columns().iter().zip(b.columns()) {
+            if let (Ok(x), Ok(y)) = (column_a.f64(), column_b.f64()) {
+                let bits =
+                    |c: &polars::prelude::Float64Chunked| c.iter().map(|v| v.map(f64::to_bits)).collect::<Vec<_>>();
+                prop_assert_eq!(bits(x), bits(y), "{}.{}", name, column_a.name());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn json_value() -> impl Strategy<Value = String> {
@@ -62,6 +98,16 @@ proptest! {
     fn any_value_in_any_known_field(key in prop::sample::select(KEYS), value in json_value()) {
         let body = format!("{{\"data\": {{\"id\": \"x\", \"{key}\": {value}}}, \"generalInfo\": {{\"description\": {value}}}}}");
         let _ = parse_one(body.as_bytes());
+        assert_same_as_serde(body.as_bytes())?;
+    }
+
+    #[test]
+    fn numbers_read_as_serde_json_reads_them(value in any::<f64>().prop_filter("finite", |f| f.is_finite()),
+                                             digits in "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?") {
+        for text in [value.to_string(), format!("{value:e}"), format!("{value:.17}"), digits] {
+            let body = format!("{{\"data\": {{\"id\": \"x\", \"rsi14_1h\": {text}, \"current_price\": {text}}}}}");
+            assert_same_as_serde(body.as_bytes())?;
+        }
     }
 
     #[test]
@@ -73,6 +119,7 @@ proptest! {
             body[at] = *byte;
         }
         let _ = parse_one(&body);
+        assert_same_as_serde(&body)?;
         let end = cut.index(body.len());
         let prefix_parsed = parse_one(&body[..end]).is_ok();
         prop_assert!(!prefix_parsed || end == body.len() || body[..end].ends_with(b"}"), "a cut body parsed");
@@ -81,6 +128,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let parsed = parse_one(&bytes).is_ok();
+        assert_same_as_serde(&bytes)?;
         prop_assert!(!parsed || bytes.contains(&b'{'), "bytes without an object parsed");
         let mut builder = MarketsBuilder::new(1);
         let _ = builder.append(&MarketsBody { body: &bytes, token: "fuzz", fetched_at: None });

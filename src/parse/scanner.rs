@@ -1,0 +1,471 @@
+//! A byte scanner for the JSON that nearly every body is: objects of scalars and string arrays,
+//! strings without escapes. It reads the same `Value`s that serde_json reads, several times
+//! faster, and answers `None` at the first thing it does not handle (an escape, a nested object
+//! where a value is read, a number it cannot convert exactly, invalid JSON anywhere). The caller
+//! then reads the whole body again with serde_json, so every error, offset and unusual value is
+//! still serde_json's: this scanner must never accept a body that serde_json rejects, and must
+//! read every value it accepts to the same `Value`, bit for bit (checked by the tests below and
+//! the property tests in `proptests.rs`).
+
+use std::borrow::Cow;
+
+use crate::model::value::Value;
+
+/// Containers nested deeper than this go to serde_json (whose own limit is 128).
+const MAX_DEPTH: usize = 64;
+
+/// Bytes that end the fast scan of a string: the closing quote, an escape, a control character
+/// (which JSON forbids inside strings).
+static STRING_STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        stops[byte] = true;
+        byte += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
+/// Exact powers of ten as f64 (10^22 is the largest).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+pub struct Scanner<'de> {
+    text: &'de str,
+    bytes: &'de [u8],
+    pos: usize,
+}
+
+impl<'de> Scanner<'de> {
+    /// `None` if `body` is not UTF-8 (serde_json reports where).
+    pub fn new(body: &'de [u8]) -> Option<Self> {
+        let text = simdutf8::basic::from_utf8(body).ok()?;
+        Some(Self { text, bytes: body, pos: 0 })
+    }
+
+    /// A sub-scanner's view: the text of the value that starts at `start` and ends here.
+    pub fn slice_from(&self, start: usize) -> &'de [u8] {
+        &self.bytes[start..self.pos]
+    }
+
+    pub fn position(&self) -> usize {
+        self.skip_whitespace_at(self.pos)
+    }
+
+    fn skip_whitespace_at(&self, mut pos: usize) -> usize {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(pos) {
+            pos += 1;
+        }
+        pos
+    }
+
+    #[inline]
+    fn skip_whitespace(&mut self) {
+        // Bodies are usually compact: test the common case before looping.
+        if let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.pos) {
+            self.pos = self.skip_whitespace_at(self.pos);
+        }
+    }
+
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_whitespace();
+        self.bytes.get(self.pos).copied()
+    }
+
+    #[inline]
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        if self.peek()? == byte {
+            self.pos += 1;
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.pos + word.len();
+        (self.bytes.get(self.pos..end)? == word).then(|| self.pos = end)
+    }
+
+    /// Only whitespace is left.
+    pub fn finish(mut self) -> Option<()> {
+        self.skip_whitespace();
+        (self.pos == self.bytes.len()).then_some(())
+    }
+
+    /// Reads an object, calling `each(scanner, key)` with the scanner before each value; `each`
+    /// must consume the value.
+    pub fn object(&mut self, mut each: impl FnMut(&mut Self, &'de str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            self.skip_whitespace();
+            let key = self.string()?;
+            self.eat(b':')?;
+            each(self, key)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Is the next value an object? (Leaves it unread.)
+    pub fn at_object(&mut self) -> bool {
+        self.peek() == Some(b'{')
+    }
+
+    /// A string without escapes, borrowed from the body.
+    #[inline]
+    fn string(&mut self) -> Option<&'de str> {
+        if self.bytes.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
+        let end = self.string_stop(start)?;
+        if self.bytes[end] != b'"' {
+            return None;
+        }
+        self.pos = end + 1;
+        // Both ends are ASCII quotes of valid UTF-8, so the slice is on character boundaries.
+        self.text.get(start..end)
+    }
+
+    /// The position of the first quote, backslash or control character at or after `pos`.
+    #[inline]
+    fn string_stop(&self, mut pos: usize) -> Option<usize> {
+        // Eight bytes at a time: a byte is flagged if it is '"', '\\' or below 0x20. The lowest
+        // flag is exact (borrows only flag bytes above a real match).
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        let zero_bytes = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
+        while let Some(chunk) = self.bytes.get(pos..pos + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            let flags = zero_bytes(word ^ (ONES * u64::from(b'"')))
+                | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+                | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS);
+            if flags != 0 {
+                return Some(pos + (flags.trailing_zeros() / 8) as usize);
+            }
+            pos += 8;
+        }
+        while !STRING_STOPS[*self.bytes.get(pos)? as usize] {
+            pos += 1;
+        }
+        Some(pos)
+    }
+
+    /// The next value, as serde_json and `Value`'s visitor would read it.
+    pub fn value(&mut self) -> Option<Value<'de>> {
+        Some(match self.peek()? {
+            b'"' => Value::Str(Cow::Borrowed(self.string()?)),
+            b'n' => self.literal(b"null").map(|()| Value::Null)?,
+            b't' => self.literal(b"true").map(|()| Value::Bool(true))?,
+            b'f' => self.literal(b"false").map(|()| Value::Bool(false))?,
+            b'[' => self.string_list()?,
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => return None,
+        })
+    }
+
+    /// An array of strings and nulls; anything else in it goes to serde_json.
+    fn string_list(&mut self) -> Option<Value<'de>> {
+        self.pos += 1;
+        let mut items = Vec::new();
+        if self.peek()? == b']' {
+            self.pos += 1;
+            return Some(Value::StrList(items));
+        }
+        loop {
+            match self.peek()? {
+                b'"' => items.push(Some(Cow::Borrowed(self.string()?))),
+                b'n' => {
+                    self.literal(b"null")?;
+                    items.push(None);
+                }
+                _ => return None,
+            }
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Some(Value::StrList(items));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Checks and steps over any value (for fields nobody reads).
+    pub fn skip(&mut self) -> Option<()> {
+        self.skip_at_depth(0)
+    }
+
+    fn skip_at_depth(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'{' => self.object(|scanner, _| scanner.skip_at_depth(depth + 1)),
+            b'[' => {
+                self.pos += 1;
+                if self.peek()? == b']' {
+                    self.pos += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip_at_depth(depth + 1)?;
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b']' => {
+                            self.pos += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'"' => self.skip_string(),
+            _ => self.value().map(drop),
+        }
+    }
+
+    /// Steps over a string, escapes included (checked as serde_json checks what it ignores).
+    fn skip_string(&mut self) -> Option<()> {
+        let mut pos = self.pos + 1;
+        loop {
+            pos = self.string_stop(pos)?;
+            match self.bytes[pos] {
+                b'"' => {
+                    self.pos = pos + 1;
+                    return Some(());
+                }
+                b'\\' => match self.bytes.get(pos + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => pos += 2,
+                    b'u' if self.bytes.get(pos + 2..pos + 6)?.iter().all(u8::is_ascii_hexdigit) => pos += 6,
+                    _ => return None,
+                },
+                _ => return None, // a control character
+            }
+        }
+    }
+
+    /// A JSON number, as serde_json reads it: unsigned integers as `UInt`, negative ones as
+    /// `Int`, anything with a fraction or exponent as a correctly rounded `Float`. Integers of
+    /// 19 digits or more, `-0` and out-of-range floats go to serde_json.
+    fn number(&mut self) -> Option<Value<'de>> {
+        let bytes = self.bytes;
+        let start = self.pos;
+        let mut pos = start;
+        let negative = bytes[pos] == b'-';
+        if negative {
+            pos += 1;
+        }
+        // Integer part: "0" or a non-zero digit followed by digits.
+        let int_start = pos;
+        let mut significand: u64 = 0;
+        match bytes.get(pos) {
+            Some(b'0') => pos += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&digit @ b'0'..=b'9') = bytes.get(pos) {
+                    significand = significand.wrapping_mul(10).wrapping_add(u64::from(digit - b'0'));
+                    pos += 1;
+                }
+            }
+            _ => return None,
+        }
+        let int_digits = pos - int_start;
+        if let Some(b'0'..=b'9') = bytes.get(pos) {
+            return None; // a leading zero: serde_json's error
+        }
+        let mut digits = int_digits;
+        let mut exponent: i64 = 0;
+        let mut is_float = false;
+        if bytes.get(pos) == Some(&b'.') {
+            pos += 1;
+            let fraction_start = pos;
+            while let Some(&digit @ b'0'..=b'9') = bytes.get(pos) {
+                significand = significand.wrapping_mul(10).wrapping_add(u64::from(digit - b'0'));
+                pos += 1;
+            }
+            let fraction_digits = pos - fraction_start;
+            if fraction_digits == 0 {
+                return None;
+            }
+            digits += fraction_digits;
+            exponent -= fraction_digits as i64;
+            is_float = true;
+        }
+        if let Some(b'e' | b'E') = bytes.get(pos) {
+            pos += 1;
+            let exponent_negative = match bytes.get(pos) {
+                Some(b'-') => {
+                    pos += 1;
+                    true
+                }
+                Some(b'+') => {
+                    pos += 1;
+                    false
+                }
+                _ => false,
+            };
+            let exponent_start = pos;
+            let mut written: i64 = 0;
+            while let Some(&digit @ b'0'..=b'9') = bytes.get(pos) {
+                written = (written * 10 + i64::from(digit - b'0')).min(1_000_000);
+                pos += 1;
+            }
+            if pos == exponent_start {
+                return None;
+            }
+            exponent += if exponent_negative { -written } else { written };
+            is_float = true;
+        }
+        self.pos = pos;
+        if !is_float {
+            if int_digits > 18 {
+                return None; // may overflow u64/i64: serde_json decides
+            }
+            return Some(match (negative, significand) {
+                (false, n) => Value::UInt(n),
+                (true, 0) => return None, // `-0` is a float to serde_json
+                (true, n) => Value::Int(-(n as i64)),
+            });
+        }
+        // Exact when the significand and the power of ten are both exact doubles: one rounding.
+        let magnitude = if digits <= 19 && significand < (1 << 53) && exponent.abs() <= 22 {
+            let value = significand as f64;
+            if exponent < 0 {
+                value / POW10[(-exponent) as usize]
+            } else {
+                value * POW10[exponent as usize]
+            }
+        } else {
+            // std's parser is correctly rounded too, and slower.
+            let text = self.text.get(start..pos)?;
+            let value: f64 = text.parse().ok()?;
+            if value.is_infinite() {
+                return None; // serde_json: "number out of range"
+            }
+            return Some(Value::Float(value));
+        };
+        Some(Value::Float(if negative { -magnitude } else { magnitude }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(text: &str) -> Option<Value<'_>> {
+        let mut scanner = Scanner::new(text.as_bytes())?;
+        let value = scanner.value()?;
+        scanner.finish()?;
+        Some(value)
+    }
+
+    fn serde(text: &str) -> Option<Value<'_>> {
+        serde_json::from_str(text).ok()
+    }
+
+    #[test]
+    fn numbers_read_as_serde_json_reads_them() {
+        for text in [
+            "0",
+            "7",
+            "-7",
+            "123456789012345678",
+            "-123456789012345678",
+            "0.5",
+            "-0.5",
+            "1e3",
+            "1E-3",
+            "2.5e+2",
+            "66.13132864306543",
+            "0.016160713546945808",
+            "0.016124270000000003",
+            "1e22",
+            "1e23",
+            "9007199254740993.0",
+            "1e-400",
+            "-0.0",
+            "0.1",
+            "123.456e-7",
+            "17976931348623157e292",
+            "2.2250738585072014e-308",
+            "4.9406564584124654e-324",
+            "0.000000000000000000000000000001",
+        ] {
+            assert_eq!(scan(text), serde(text), "{text}");
+            assert!(scan(text).is_some(), "{text} should take the fast path");
+        }
+    }
+
+    #[test]
+    fn what_serde_json_rejects_is_never_accepted() {
+        for text in [
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "1e",
+            "1e+",
+            "-",
+            "--1",
+            "1.5.2",
+            "\"a\\\"b\"",
+            "\"tab\there\"",
+            "[1]",
+            "[\"a\",]",
+            "[,]",
+            "nul",
+            "tru",
+            "falsy",
+            "{}",
+            "1e400",
+            "-1e400",
+            "\"unterminated",
+            "[\"a\" \"b\"]",
+        ] {
+            let scanned = scan(text);
+            assert!(scanned.is_none() || serde(text) == scanned, "{text}: {scanned:?}");
+        }
+    }
+
+    #[test]
+    fn objects_and_skipping() {
+        let body = br#" { "a" : [1, {"b": [null, true, "x"]}], "c": "d" , "e": {} } "#;
+        let mut scanner = Scanner::new(body).unwrap();
+        let mut seen = Vec::new();
+        scanner
+            .object(|s, key| {
+                seen.push(key);
+                if key == "c" {
+                    assert_eq!(s.value(), Some(Value::Str("d".into())));
+                    Some(())
+                } else {
+                    s.skip()
+                }
+            })
+            .unwrap();
+        scanner.finish().unwrap();
+        assert_eq!(seen, ["a", "c", "e"]);
+        for bad in [&br#"{"a": [1,]}"#[..], br#"{"a" 1}"#, br#"{"a": 1,}"#, br#"{"a": 1} x"#, br#"{"a": {"b": 1e}}"#] {
+            let mut scanner = Scanner::new(bad).unwrap();
+            let read = scanner.object(|s, _| s.skip()).and_then(|()| scanner.finish());
+            assert!(read.is_none(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
