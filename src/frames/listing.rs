@@ -47,6 +47,31 @@ impl Default for ListingRows<'_> {
     }
 }
 
+impl ListingRows<'_> {
+    /// The same buffers, emptied, for the rows of another body (no allocation: collecting an
+    /// emptied vector into one of the same layout reuses its memory).
+    pub fn recycle<'b>(mut self) -> ListingRows<'b> {
+        fn emptied<T, U>(mut items: Vec<T>) -> Vec<U> {
+            items.clear();
+            items.into_iter().map(|_| unreachable!("the vector was emptied")).collect()
+        }
+        let mut scalars: Vec<Typed<'b>> = emptied(self.scalars);
+        scalars.resize(SNAPSHOT_FIELDS.len(), Typed::Null);
+        self.indicators.clear();
+        self.ta_updated.clear();
+        self.drift.clear();
+        ListingRows {
+            scalars,
+            indicators: self.indicators,
+            signals: emptied(self.signals),
+            patterns: emptied(self.patterns),
+            ta_updated: self.ta_updated,
+            info: InfoRow::default(),
+            drift: self.drift,
+        }
+    }
+}
+
 /// The `info` row of one body.
 #[derive(Default)]
 pub struct InfoRow<'de> {
@@ -144,7 +169,7 @@ impl ListingColumns {
     }
 
     /// Appends the rows of one body, all of them carrying `token`.
-    pub fn append(&mut self, token: &str, fetched_at: Option<i64>, rows: ListingRows<'_>) {
+    pub fn append<'de>(&mut self, token: &str, fetched_at: Option<i64>, rows: &mut ListingRows<'de>) {
         self.snapshot_token.append_value(token);
         self.snapshot_fetched_at.append_option(fetched_at);
         for (column, value) in self.snapshot_fields.iter_mut().zip(&rows.scalars) {
@@ -152,31 +177,31 @@ impl ListingColumns {
         }
         // The token's bytes once per frame and body; each row a view of them.
         let token_view = self.indicators.token.store(token);
-        for (interval, name, value) in rows.indicators {
+        for (interval, name, value) in rows.indicators.drain(..) {
             self.indicators.push(token_view, interval, &name);
             self.indicator_values.append_option(value);
         }
         if !rows.signals.is_empty() {
             let token_view = self.signals.token.store(token);
-            for (interval, name, value) in rows.signals {
+            for (interval, name, value) in rows.signals.drain(..) {
                 self.signals.push(token_view, interval, &name);
                 self.signal_values.append_option(value.as_deref());
             }
         }
         if !rows.patterns.is_empty() {
             let token_view = self.patterns.token.store(token);
-            for (interval, family, pattern) in rows.patterns {
+            for (interval, family, pattern) in rows.patterns.drain(..) {
                 self.patterns.push(token_view, interval, &family);
                 self.pattern_values.push_option_remembered(pattern.as_deref());
             }
         }
-        for (interval, millis) in rows.ta_updated {
+        for (interval, millis) in rows.ta_updated.drain(..) {
             self.ta_token.append_value(token);
             self.ta_interval.push(interval);
             self.ta_updated_at.append_option(millis);
         }
         self.drift.append(token, Endpoint::Listing, fetched_at, &rows.drift);
-        let info = rows.info;
+        let info = std::mem::take(&mut rows.info);
         self.info_token.append_value(token);
         match &info.description {
             Typed::Str(s) => self.info_description.append_value(s.as_ref()),

@@ -10,13 +10,16 @@ use polars_arrow::array::{MutableBinaryViewArray, View};
 /// gets there) values are stored per row as any string column stores them.
 const MAX_REMEMBERED: usize = 4096;
 
+const CATALOGUE_SLOTS: usize = 64;
+
 pub struct StringViews {
     name: PlSmallStr,
     array: MutableBinaryViewArray<str>,
     /// Views of values already stored, by their text.
     remembered: PlHashMap<Box<str>, View>,
-    /// Views of the catalogue's names, by the address of their text.
-    catalogue: PlHashMap<usize, View>,
+    /// Views of the catalogue's names, by the address of their text: a direct-mapped cache
+    /// (a collision only stores the name again).
+    catalogue: Box<[(usize, View); CATALOGUE_SLOTS]>,
     /// Bytes of the values of views pushed with `push_view`, added to the array's count at the end.
     view_bytes: usize,
 }
@@ -27,7 +30,7 @@ impl StringViews {
             name: PlSmallStr::from_str(column),
             array: MutableBinaryViewArray::with_capacity(capacity),
             remembered: PlHashMap::default(),
-            catalogue: PlHashMap::default(),
+            catalogue: Box::new([(0, View::default()); CATALOGUE_SLOTS]),
             view_bytes: 0,
         }
     }
@@ -52,14 +55,14 @@ impl StringViews {
     /// A row holding a name of the catalogue: a `'static` text, known by its address.
     #[inline]
     pub fn push_static(&mut self, value: &'static str) {
-        let view = match self.catalogue.get(&(value.as_ptr() as usize)) {
-            Some(view) => *view,
-            None => {
-                let view = self.store(value);
-                self.catalogue.insert(value.as_ptr() as usize, view);
-                view
-            }
-        };
+        let address = value.as_ptr() as usize;
+        let slot = (address ^ (address >> 6)) % CATALOGUE_SLOTS;
+        let (cached, view) = self.catalogue[slot];
+        if cached == address && view.length as usize == value.len() {
+            return self.push_view(view);
+        }
+        let view = self.store(value);
+        self.catalogue[slot] = (address, view);
         self.push_view(view);
     }
 
@@ -68,8 +71,7 @@ impl StringViews {
     pub fn push_remembered(&mut self, value: &str) {
         if value.len() <= View::MAX_INLINE_SIZE as usize {
             // Short values live inside the view itself: nothing to share.
-            self.array.push_value(value);
-            return;
+            return self.push_view(View::new_inline(value.as_bytes()));
         }
         let view = match self.remembered.get(value) {
             Some(view) => *view,

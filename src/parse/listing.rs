@@ -33,14 +33,17 @@ pub struct ListingBody<'a> {
 }
 
 /// One body on its way through the visitors.
-#[derive(Default)]
 pub(super) struct PendingListing<'de> {
     saw_data: bool,
     pub(super) rows: ListingRows<'de>,
     pub(super) field: FieldPath<'de>,
 }
 
-impl PendingListing<'_> {
+impl<'de> PendingListing<'de> {
+    fn new(rows: ListingRows<'de>) -> Self {
+        Self { saw_data: false, rows, field: None }
+    }
+
     /// The value of the field being read did not fit: its cell stays null, a drift row says why.
     pub(super) fn drifted(&mut self, mismatch: Mismatch) {
         let field = field_label(&self.field).unwrap_or_default();
@@ -130,14 +133,43 @@ impl<'de> FieldValues<'de> for Scanner<'de> {
     }
 }
 
+/// Where the value of a `data` key goes, decided from the key alone (and detached from it, so
+/// the key can move into `PendingListing::field`).
+enum FieldRoute {
+    Snapshot(usize),
+    Suffixed(OwnedSuffixed),
+    /// A known family on an interval that is not one of `INTERVALS`: the drift row's `found`.
+    UnknownInterval(String),
+    Ignored,
+}
+
+fn route_of(key: &str) -> FieldRoute {
+    match classify_data_key(key) {
+        DataKey::Snapshot(index) => FieldRoute::Snapshot(index),
+        DataKey::Suffixed(suffixed) => FieldRoute::Suffixed(own_suffixed(suffixed)),
+        DataKey::UnknownInterval(interval) => FieldRoute::UnknownInterval(format!("the interval {interval:?}")),
+        DataKey::Other => FieldRoute::Ignored,
+    }
+}
+
 /// One field of `data`, whichever reader reads it: the catalogue decides where its value goes.
 fn read_data_field<'de, V: FieldValues<'de>>(
     pending: &mut PendingListing<'de>,
     key: Cow<'de, str>,
     values: &mut V,
 ) -> Result<(), V::Error> {
-    match classify_data_key(&key) {
-        DataKey::Snapshot(index) => {
+    let route = route_of(&key);
+    read_routed_field(pending, route, key, values)
+}
+
+fn read_routed_field<'de, V: FieldValues<'de>>(
+    pending: &mut PendingListing<'de>,
+    route: FieldRoute,
+    key: Cow<'de, str>,
+    values: &mut V,
+) -> Result<(), V::Error> {
+    match route {
+        FieldRoute::Snapshot(index) => {
             pending.field = Some(("data", key));
             let value = values.value()?;
             match convert(value, SNAPSHOT_FIELDS[index].1) {
@@ -145,30 +177,147 @@ fn read_data_field<'de, V: FieldValues<'de>>(
                 Err(mismatch) => pending.drifted(mismatch),
             }
         }
-        DataKey::Suffixed(suffixed) => {
-            let suffixed = own_suffixed(suffixed);
+        FieldRoute::Suffixed(suffixed) => {
             pending.field = Some(("data", key));
             let value = values.value()?;
             if let Err(mismatch) = route_suffixed(&mut pending.rows, suffixed, value) {
                 pending.drifted(mismatch);
             }
         }
-        DataKey::UnknownInterval(interval) => {
-            let found = format!("the interval {interval:?}");
+        FieldRoute::UnknownInterval(found) => {
             pending.field = Some(("data", key));
             values.skip()?;
             pending.drifted(Mismatch { expected: INTERVAL_NAMES, found });
         }
-        DataKey::Other => values.skip()?,
+        FieldRoute::Ignored => values.skip()?,
     }
     // Between keys the error still belongs to `data`.
     pending.field = Some(("", Cow::Borrowed("data")));
     Ok(())
 }
 
+/// The keys of the last body read on the fast path, in order, with their routes: bodies of one
+/// service list the same keys in the same order, so a key is usually recognised by comparing
+/// it with the key at its position in the last body, without hashing it.
+#[derive(Default)]
+pub(super) struct KeyShape {
+    keys: Vec<(Box<str>, CachedRoute)>,
+}
+
+/// A `FieldRoute` that borrows nothing from a body: the catalogue's routes.
+#[derive(Clone, Copy)]
+enum CachedRoute {
+    Snapshot(usize),
+    Family { name: &'static str, kind: FamilyKind, interval: Interval },
+    TaUpdated(Interval),
+    Ignored,
+}
+
+impl CachedRoute {
+    fn of(route: &FieldRoute) -> Option<Self> {
+        Some(match route {
+            FieldRoute::Snapshot(index) => Self::Snapshot(*index),
+            FieldRoute::Suffixed(OwnedSuffixed::Family { name: Cow::Borrowed(name), kind: Some(kind), interval }) => {
+                Self::Family { name, kind: *kind, interval: *interval }
+            }
+            FieldRoute::Suffixed(OwnedSuffixed::TaUpdated(interval)) => Self::TaUpdated(*interval),
+            FieldRoute::Ignored => Self::Ignored,
+            _ => return None,
+        })
+    }
+
+    fn route(self) -> FieldRoute {
+        match self {
+            Self::Snapshot(index) => FieldRoute::Snapshot(index),
+            Self::Family { name, kind, interval } => {
+                FieldRoute::Suffixed(OwnedSuffixed::Family { name: Cow::Borrowed(name), kind: Some(kind), interval })
+            }
+            Self::TaUpdated(interval) => FieldRoute::Suffixed(OwnedSuffixed::TaUpdated(interval)),
+            Self::Ignored => FieldRoute::Ignored,
+        }
+    }
+}
+
+impl KeyShape {
+    /// The route of `key`, the `position`-th key of `data`.
+    #[inline]
+    fn route(&mut self, position: usize, key: &str) -> FieldRoute {
+        if let Some((expected, route)) = self.keys.get(position) {
+            if same_bytes(expected.as_bytes(), key.as_bytes()) {
+                return route.route();
+            }
+        }
+        let route = route_of(key);
+        if let Some(cached) = CachedRoute::of(&route) {
+            let entry = (Box::from(key), cached);
+            match position.cmp(&self.keys.len()) {
+                std::cmp::Ordering::Less => self.keys[position] = entry,
+                std::cmp::Ordering::Equal => self.keys.push(entry),
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        route
+    }
+}
+
+/// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
+/// costs more than the comparison).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
+/// A field of `data` on the fast path. The two commonest cases, a number in a numeric family
+/// or a snapshot number column and an array of pattern names, are written straight to their
+/// rows, exactly as `route_suffixed` and `convert` would write them (the differential tests in
+/// `proptests.rs` hold the two paths equal); the rest goes through `read_routed_field`.
+fn scan_data_field<'de>(
+    pending: &mut PendingListing<'de>,
+    route: FieldRoute,
+    key: &'de str,
+    scanner: &mut Scanner<'de>,
+) -> Option<()> {
+    match &route {
+        FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Numeric), interval })
+            if scanner.at_number() =>
+        {
+            let number = scanner.value()?.as_f64();
+            pending.rows.indicators.push((*interval, name.clone(), number));
+        }
+        FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Patterns), interval })
+            if scanner.at_array() =>
+        {
+            // Nulls in the array carry no pattern; any other element is left to serde_json.
+            scanner.strings(|pattern| {
+                pending.rows.patterns.push((*interval, name.clone(), Some(Cow::Borrowed(pattern))))
+            })?;
+        }
+        FieldRoute::Snapshot(index) if SNAPSHOT_FIELDS[*index].1 == ScalarType::F64 && scanner.at_number() => {
+            pending.rows.scalars[*index] = scanner.value()?.as_f64().map_or(Typed::Null, Typed::F64);
+        }
+        _ => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
+    }
+    Some(())
+}
+
 /// The fast path over a whole body (see `scanner`): `None` leaves the body to serde_json, and
 /// `pending` must then be thrown away.
-fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>) -> Option<()> {
+fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>, shape: &mut KeyShape) -> Option<()> {
     let mut scanner = Scanner::new(body)?;
     scanner.object(|scanner, key| {
         match key {
@@ -177,7 +326,12 @@ fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>) -> Opti
                     return None;
                 }
                 pending.field = Some(("", Cow::Borrowed(key)));
-                scanner.object(|scanner, key| read_data_field(pending, Cow::Borrowed(key), scanner).ok())?;
+                let mut position = 0;
+                scanner.object(|scanner, key| {
+                    let route = shape.route(position, key);
+                    position += 1;
+                    scan_data_field(pending, route, key, scanner)
+                })?;
                 pending.saw_data = true;
             }
             "generalInfo" => {
@@ -292,21 +446,25 @@ fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: V
 /// Parses listing bodies into the columns of the listing frames.
 pub struct ListingBuilder {
     columns: ListingColumns,
+    /// The row buffers of the last body, emptied, for the next.
+    spare_rows: Option<ListingRows<'static>>,
+    shape: KeyShape,
 }
 
 impl ListingBuilder {
     /// `tokens` is a capacity hint: the number of bodies expected.
     pub fn new(tokens: usize) -> Self {
-        Self { columns: ListingColumns::new(tokens) }
+        Self { columns: ListingColumns::new(tokens), spare_rows: None, shape: KeyShape::default() }
     }
 
     /// Parses one listing body and appends its rows. Returns the token the rows carry.
     /// On error nothing is appended.
     pub fn append(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
         let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
-        let mut pending = PendingListing::default();
-        if scan_listing(input.body, &mut pending).is_none() {
-            pending = PendingListing::default();
+        let rows = self.spare_rows.take().map_or_else(ListingRows::default, ListingRows::recycle);
+        let mut pending = PendingListing::new(rows);
+        if scan_listing(input.body, &mut pending, &mut self.shape).is_none() {
+            pending = PendingListing::new(pending.rows.recycle());
             if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
                 return Err(context.json_error(&err, &pending.field));
             }
@@ -319,7 +477,7 @@ impl ListingBuilder {
         &mut self,
         context: &DecodeContext<'_>,
         input: &ListingBody<'_>,
-        pending: PendingListing<'_>,
+        mut pending: PendingListing<'_>,
     ) -> Result<String, Error> {
         if !pending.saw_data {
             return Err(context.error(None, None, "the response has no `data` object"));
@@ -335,8 +493,10 @@ impl ListingBuilder {
                 ))
             }
         };
-        self.columns.append(&token, input.fetched_at, pending.rows);
-        Ok(token.into_owned())
+        let token = token.into_owned();
+        self.columns.append(&token, input.fetched_at, &mut pending.rows);
+        self.spare_rows = Some(pending.rows.recycle());
+        Ok(token)
     }
 
     pub fn finish(self) -> ListingFrames {
@@ -347,7 +507,7 @@ impl ListingBuilder {
     #[cfg(test)]
     pub(super) fn append_with_serde_only(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
         let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
-        let mut pending = PendingListing::default();
+        let mut pending = PendingListing::new(ListingRows::default());
         if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
             return Err(context.json_error(&err, &pending.field));
         }

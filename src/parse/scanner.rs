@@ -34,6 +34,23 @@ const POW10: [f64; 23] = [
     1e21, 1e22,
 ];
 
+/// The value of eight ASCII digits, or `None` if any of the bytes is not a digit (SWAR: all
+/// eight combined in three multiplications).
+#[inline]
+fn eight_digits(chunk: &[u8]) -> Option<u64> {
+    let word = u64::from_le_bytes(chunk.try_into().ok()?);
+    let all_digits = (word & 0xF0F0_F0F0_F0F0_F0F0) == 0x3030_3030_3030_3030
+        && (word.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) == 0x3030_3030_3030_3030;
+    if !all_digits {
+        return None;
+    }
+    let mut value = word - 0x3030_3030_3030_3030;
+    value = (value.wrapping_mul(10) + (value >> 8)) & 0x00FF_00FF_00FF_00FF;
+    value = (value.wrapping_mul(100) + (value >> 16)) & 0x0000_FFFF_0000_FFFF;
+    value = (value.wrapping_mul(10_000) + (value >> 32)) & 0xFFFF_FFFF;
+    Some(value)
+}
+
 pub struct Scanner<'de> {
     text: &'de str,
     bytes: &'de [u8],
@@ -114,6 +131,41 @@ impl<'de> Scanner<'de> {
             match self.peek()? {
                 b',' => self.pos += 1,
                 b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Does a number come next? (Leaves it unread.)
+    pub fn at_number(&mut self) -> bool {
+        matches!(self.peek(), Some(b'-' | b'0'..=b'9'))
+    }
+
+    /// Does an array come next? (Leaves it unread.)
+    pub fn at_array(&mut self) -> bool {
+        self.peek() == Some(b'[')
+    }
+
+    /// Reads an array of strings and nulls, calling `each` with every string; `None` for an
+    /// array holding anything else.
+    pub fn strings(&mut self, mut each: impl FnMut(&'de str)) -> Option<()> {
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            match self.peek()? {
+                b'"' => each(self.string()?),
+                b'n' => self.literal(b"null")?,
+                _ => return None,
+            }
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
                     self.pos += 1;
                     return Some(());
                 }
@@ -296,6 +348,11 @@ impl<'de> Scanner<'de> {
         if bytes.get(pos) == Some(&b'.') {
             pos += 1;
             let fraction_start = pos;
+            // Indicator values carry fifteen-odd decimals: eight digits at a time first.
+            while let Some(eight) = bytes.get(pos..pos + 8).and_then(eight_digits) {
+                significand = significand.wrapping_mul(100_000_000).wrapping_add(eight);
+                pos += 8;
+            }
             while let Some(&digit @ b'0'..=b'9') = bytes.get(pos) {
                 significand = significand.wrapping_mul(10).wrapping_add(u64::from(digit - b'0'));
                 pos += 1;
@@ -441,6 +498,16 @@ mod tests {
         ] {
             let scanned = scan(text);
             assert!(scanned.is_none() || serde(text) == scanned, "{text}: {scanned:?}");
+        }
+    }
+
+    #[test]
+    fn eight_digits_at_once() {
+        assert_eq!(eight_digits(b"12345678"), Some(12_345_678));
+        assert_eq!(eight_digits(b"00000009"), Some(9));
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+        for bad in [b"1234567a", b"/2345678", b"1234:678", b"1234567 "] {
+            assert_eq!(eight_digits(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 
