@@ -14,6 +14,7 @@ mod client;
 mod error;
 mod frames;
 mod history;
+mod memory;
 mod model;
 mod parse;
 mod runtime;

@@ -143,6 +143,8 @@ impl LongColumns {
 impl ListingColumns {
     /// `tokens` is a capacity hint: the number of bodies expected.
     pub fn new(tokens: usize) -> Self {
+        // Capacity is only address space until it is written; a Sandbox body has 45 indicator and
+        // about 33 pattern rows, so the columns seldom grow (each growth copies them whole).
         let long = tokens * 48;
         Self {
             snapshot_token: str_builder("token", tokens),
@@ -152,8 +154,8 @@ impl ListingColumns {
             indicator_values: f64_builder("value", long),
             signals: LongColumns::new("indicator", tokens * 6),
             signal_values: str_builder("value", tokens * 6),
-            patterns: LongColumns::new("family", tokens * 8),
-            pattern_values: StringViews::new("pattern", tokens * 8),
+            patterns: LongColumns::new("family", tokens * 40),
+            pattern_values: StringViews::new("pattern", tokens * 40),
             ta_token: str_builder("token", tokens * 5),
             ta_interval: IntervalColumn::new("interval", tokens * 5),
             ta_updated_at: i64_builder("updated_at", tokens * 5),

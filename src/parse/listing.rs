@@ -296,8 +296,8 @@ fn scan_data_field<'de>(
         FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Numeric), interval })
             if scanner.at_number() =>
         {
-            let number = scanner.value()?.as_f64();
-            pending.rows.indicators.push((*interval, name.clone(), number));
+            let number = scanner.number_as_f64()?;
+            pending.rows.indicators.push((*interval, name.clone(), Some(number)));
         }
         FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Patterns), interval })
             if scanner.at_array() =>
@@ -308,7 +308,7 @@ fn scan_data_field<'de>(
             })?;
         }
         FieldRoute::Snapshot(index) if SNAPSHOT_FIELDS[*index].1 == ScalarType::F64 && scanner.at_number() => {
-            pending.rows.scalars[*index] = scanner.value()?.as_f64().map_or(Typed::Null, Typed::F64);
+            pending.rows.scalars[*index] = Typed::F64(scanner.number_as_f64()?);
         }
         _ => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
     }
@@ -318,7 +318,7 @@ fn scan_data_field<'de>(
 /// The fast path over a whole body (see `scanner`): `None` leaves the body to serde_json, and
 /// `pending` must then be thrown away.
 fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>, shape: &mut KeyShape) -> Option<()> {
-    let mut scanner = Scanner::new(body)?;
+    let mut scanner = Scanner::new(body);
     scanner.object(|scanner, key| {
         match key {
             "data" => {

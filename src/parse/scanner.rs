@@ -34,6 +34,14 @@ const POW10: [f64; 23] = [
     1e21, 1e22,
 ];
 
+/// A JSON number as serde_json reads it (small enough to come back in registers).
+#[derive(Clone, Copy)]
+enum Number {
+    UInt(u64),
+    Int(i64),
+    Float(f64),
+}
+
 /// The value of eight ASCII digits, or `None` if any of the bytes is not a digit (SWAR: all
 /// eight combined in three multiplications).
 #[inline]
@@ -52,16 +60,14 @@ fn eight_digits(chunk: &[u8]) -> Option<u64> {
 }
 
 pub struct Scanner<'de> {
-    text: &'de str,
     bytes: &'de [u8],
     pos: usize,
 }
 
 impl<'de> Scanner<'de> {
     /// `None` if `body` is not UTF-8 (serde_json reports where).
-    pub fn new(body: &'de [u8]) -> Option<Self> {
-        let text = simdutf8::basic::from_utf8(body).ok()?;
-        Some(Self { text, bytes: body, pos: 0 })
+    pub fn new(body: &'de [u8]) -> Self {
+        Self { bytes: body, pos: 0 }
     }
 
     /// A sub-scanner's view: the text of the value that starts at `start` and ends here.
@@ -144,6 +150,16 @@ impl<'de> Scanner<'de> {
         matches!(self.peek(), Some(b'-' | b'0'..=b'9'))
     }
 
+    /// A number that comes next, as `Value::as_f64` gives it, without building the `Value`.
+    pub fn number_as_f64(&mut self) -> Option<f64> {
+        self.skip_whitespace();
+        Some(match self.number()? {
+            Number::UInt(n) => n as f64,
+            Number::Int(n) => n as f64,
+            Number::Float(x) => x,
+        })
+    }
+
     /// Does an array come next? (Leaves it unread.)
     pub fn at_array(&mut self) -> bool {
         self.peek() == Some(b'[')
@@ -191,13 +207,39 @@ impl<'de> Scanner<'de> {
             return None;
         }
         self.pos = end + 1;
-        // Both ends are ASCII quotes of valid UTF-8, so the slice is on character boundaries.
-        self.text.get(start..end)
+        // The body's UTF-8 is checked string by string, where it matters: JSON outside strings
+        // is ASCII (the grammar checks every byte of it), and skipped strings are not kept.
+        let bytes = &self.bytes[start..end];
+        if bytes.is_ascii() {
+            // SAFETY: ASCII is UTF-8.
+            Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+        } else {
+            simdutf8::basic::from_utf8(bytes).ok()
+        }
     }
 
     /// The position of the first quote, backslash or control character at or after `pos`.
     #[inline]
     fn string_stop(&self, mut pos: usize) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        while let Some(chunk) = self.bytes.get(pos..pos + 16) {
+            // Sixteen bytes at a time (SSE2, which every x86_64 has).
+            use std::arch::x86_64::{
+                _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+            };
+            // SAFETY: SSE2 is part of x86_64; the load reads the sixteen bytes of `chunk`.
+            let flags = unsafe {
+                let bytes = _mm_loadu_si128(chunk.as_ptr().cast());
+                let quote = _mm_cmpeq_epi8(bytes, _mm_set1_epi8(b'"' as i8));
+                let backslash = _mm_cmpeq_epi8(bytes, _mm_set1_epi8(b'\\' as i8));
+                let control = _mm_cmpeq_epi8(_mm_max_epu8(bytes, _mm_set1_epi8(0x1F)), _mm_set1_epi8(0x1F));
+                _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control))
+            };
+            if flags != 0 {
+                return Some(pos + flags.trailing_zeros() as usize);
+            }
+            pos += 16;
+        }
         // Eight bytes at a time: a byte is flagged if it is '"', '\\' or below 0x20. The lowest
         // flag is exact (borrows only flag bytes above a real match).
         const ONES: u64 = 0x0101_0101_0101_0101;
@@ -227,7 +269,11 @@ impl<'de> Scanner<'de> {
             b't' => self.literal(b"true").map(|()| Value::Bool(true))?,
             b'f' => self.literal(b"false").map(|()| Value::Bool(false))?,
             b'[' => self.string_list()?,
-            b'-' | b'0'..=b'9' => self.number()?,
+            b'-' | b'0'..=b'9' => match self.number()? {
+                Number::UInt(n) => Value::UInt(n),
+                Number::Int(n) => Value::Int(n),
+                Number::Float(x) => Value::Float(x),
+            },
             _ => return None,
         })
     }
@@ -317,7 +363,8 @@ impl<'de> Scanner<'de> {
     /// A JSON number, as serde_json reads it: unsigned integers as `UInt`, negative ones as
     /// `Int`, anything with a fraction or exponent as a correctly rounded `Float`. Integers of
     /// 19 digits or more, `-0` and out-of-range floats go to serde_json.
-    fn number(&mut self) -> Option<Value<'de>> {
+    #[inline]
+    fn number(&mut self) -> Option<Number> {
         let bytes = self.bytes;
         let start = self.pos;
         let mut pos = start;
@@ -396,9 +443,9 @@ impl<'de> Scanner<'de> {
                 return None; // may overflow u64/i64: serde_json decides
             }
             return Some(match (negative, significand) {
-                (false, n) => Value::UInt(n),
+                (false, n) => Number::UInt(n),
                 (true, 0) => return None, // `-0` is a float to serde_json
-                (true, n) => Value::Int(-(n as i64)),
+                (true, n) => Number::Int(-(n as i64)),
             });
         }
         // Exact when the significand and the power of ten are both exact doubles: one rounding.
@@ -411,14 +458,15 @@ impl<'de> Scanner<'de> {
             }
         } else {
             // std's parser is correctly rounded too, and slower.
-            let text = self.text.get(start..pos)?;
+            // SAFETY: the grammar above let only ASCII digits, signs, '.' and 'e' into the range.
+            let text = unsafe { std::str::from_utf8_unchecked(&bytes[start..pos]) };
             let value: f64 = text.parse().ok()?;
             if value.is_infinite() {
                 return None; // serde_json: "number out of range"
             }
-            return Some(Value::Float(value));
+            return Some(Number::Float(value));
         };
-        Some(Value::Float(if negative { -magnitude } else { magnitude }))
+        Some(Number::Float(if negative { -magnitude } else { magnitude }))
     }
 }
 
@@ -427,7 +475,7 @@ mod tests {
     use super::*;
 
     fn scan(text: &str) -> Option<Value<'_>> {
-        let mut scanner = Scanner::new(text.as_bytes())?;
+        let mut scanner = Scanner::new(text.as_bytes());
         let value = scanner.value()?;
         scanner.finish()?;
         Some(value)
@@ -514,7 +562,7 @@ mod tests {
     #[test]
     fn objects_and_skipping() {
         let body = br#" { "a" : [1, {"b": [null, true, "x"]}], "c": "d" , "e": {} } "#;
-        let mut scanner = Scanner::new(body).unwrap();
+        let mut scanner = Scanner::new(body);
         let mut seen = Vec::new();
         scanner
             .object(|s, key| {
@@ -530,7 +578,7 @@ mod tests {
         scanner.finish().unwrap();
         assert_eq!(seen, ["a", "c", "e"]);
         for bad in [&br#"{"a": [1,]}"#[..], br#"{"a" 1}"#, br#"{"a": 1,}"#, br#"{"a": 1} x"#, br#"{"a": {"b": 1e}}"#] {
-            let mut scanner = Scanner::new(bad).unwrap();
+            let mut scanner = Scanner::new(bad);
             let read = scanner.object(|s, _| s.skip()).and_then(|()| scanner.finish());
             assert!(read.is_none(), "{}", String::from_utf8_lossy(bad));
         }
