@@ -27,6 +27,7 @@ BENCHMARKS: List[Tuple[str, int]] = [
     ("bench_parse.py", 300),
     ("bench_fetch.py", 300),
     ("bench_memory_import.py", 180),
+    ("bench_scaling.py", 600),
 ]
 
 

@@ -28,6 +28,7 @@ pub use batch::{FetchOutcome, Job, RawStore};
 pub use client::retry::{parse_retry_after, RetryPolicy};
 pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
 pub use error::{Error, Result};
+pub use frames::buffer_bytes::buffer_bytes;
 #[cfg(feature = "sandbox")]
 pub use frames::candles::candles_frame;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};

@@ -20,6 +20,7 @@ __all__ = [
     "RawBodies",
     "Sandbox",
     "empty_frames",
+    "frame_buffer_bytes",
     "parse_markets",
     "parse_token",
     "parse_tokens",
@@ -189,6 +190,9 @@ def parse_markets(
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""
+
+def frame_buffer_bytes(frame: pl.DataFrame) -> int:
+    """The bytes the frame's Arrow buffers hold (string views included, shared buffers once)."""
 
 def sandbox_listing_body(token_id: str, seed: int = 0, now: Union[str, dt.datetime, None] = None) -> str:
     """The listing body the Sandbox serves for ``token_id``."""

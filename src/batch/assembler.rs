@@ -91,6 +91,8 @@ impl Assembler {
         let mut listing = self.listing.finish();
         let markets = self.markets.finish();
         listing.drift.vstack_mut_owned(markets.drift).expect("frames of one schema");
+        // The bodies were freed as they were parsed; give their memory back.
+        crate::memory::release_free_memory();
         FetchOutcome {
             listing,
             markets: markets.markets,

@@ -1,6 +1,7 @@
 //! The contract's frames: their names, schemas and column builders. The only code that knows
 //! which columns a frame has and in which order; the parsers hand it one body's rows at a time.
 
+pub mod buffer_bytes;
 #[cfg(feature = "sandbox")]
 pub mod candles;
 pub mod columns;

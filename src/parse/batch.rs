@@ -45,7 +45,7 @@ fn parse_in_parallel<B: Sync, R: Send>(
 /// Parses many listing bodies into one set of frames, in order, using every core.
 /// Each body's result is the token its rows carry, or why it could not be read.
 pub fn parse_listings(bodies: &[ListingBody<'_>]) -> (ListingFrames, Vec<Result<String, Error>>) {
-    parse_in_parallel(
+    let parsed = parse_in_parallel(
         bodies,
         |chunk| {
             let mut builder = ListingBuilder::new(chunk.len());
@@ -56,8 +56,15 @@ pub fn parse_listings(bodies: &[ListingBody<'_>]) -> (ListingFrames, Vec<Result<
             frames.vstack(more_frames);
             results.extend(more_results);
         },
-    )
+    );
+    if bodies.len() >= RELEASE_AFTER {
+        crate::memory::release_free_memory();
+    }
+    parsed
 }
+
+/// Batches of at least this many bodies give the memory they freed back to the system.
+const RELEASE_AFTER: usize = 1000;
 
 /// Parses many markets bodies into one markets frame, in order.
 pub fn parse_markets(bodies: &[MarketsBody<'_>]) -> (MarketsFrames, Vec<Result<MarketsSummary, Error>>) {

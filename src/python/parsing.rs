@@ -185,3 +185,10 @@ pub(super) fn empty_frames(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     }
     Ok(result)
 }
+
+/// The bytes a frame's Arrow buffers hold (16-byte string views included, each shared buffer
+/// once): the memory benchmark's measure of a frame's size.
+#[pyfunction]
+pub(super) fn frame_buffer_bytes(frame: PyDataFrame) -> usize {
+    crate::frames::buffer_bytes::buffer_bytes(&frame.0)
+}
