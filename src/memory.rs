@@ -44,15 +44,13 @@ mod mapped {
     }
 
     fn advise(start: *mut u8, size: usize) {
-        if size < HUGE_BUFFER {
-            return;
-        }
-        let first = (start as usize).next_multiple_of(HUGE_PAGE);
-        let end = (start as usize + size) / HUGE_PAGE * HUGE_PAGE;
-        if end > first {
-            // SAFETY: the range lies inside a mapping of ours; advice never changes contents,
-            // and a refusal (no THP) changes nothing.
-            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+        if size >= HUGE_BUFFER {
+            // The whole mapping, not only its aligned middle: advice on part of a mapping splits
+            // it in three, and `mremap` refuses (EFAULT) to move a range that spans several.
+            // The kernel backs the aligned 2 MiB stretches with huge pages either way.
+            // SAFETY: the range is a mapping of ours; advice never changes contents, and a
+            // refusal (no THP) changes nothing.
+            unsafe { libc::madvise(start.cast(), size, libc::MADV_HUGEPAGE) };
         }
     }
 
@@ -89,11 +87,19 @@ mod mapped {
     /// `pointer` and `size` are those of a mapping made by `map` or `remap`.
     pub unsafe fn remap(pointer: *mut u8, size: usize, new_size: usize) -> *mut u8 {
         let moved = unsafe { libc::mremap(pointer.cast(), size, new_size, libc::MREMAP_MAYMOVE) };
-        if moved == libc::MAP_FAILED {
-            return std::ptr::null_mut();
+        if moved != libc::MAP_FAILED {
+            advise(moved.cast(), new_size);
+            return moved.cast();
         }
-        advise(moved.cast(), new_size);
-        moved.cast()
+        // Refused (a mapping split by someone's advice, say): a new mapping and a copy.
+        let fresh = map(new_size);
+        if !fresh.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(pointer, fresh, size.min(new_size));
+                unmap(pointer, size);
+            }
+        }
+        fresh
     }
 }
 
@@ -162,6 +168,12 @@ mod tests {
         assert!(buffer.iter().enumerate().all(|(i, v)| *v == i as u64));
         let zeroed = vec![0u8; 20 << 20];
         assert!(zeroed.iter().all(|b| *b == 0));
+        // Huge-page advice and growth by remapping, many times over (EFAULT once came from here).
+        let mut big: Vec<u8> = Vec::with_capacity(5 << 20);
+        for round in 0..40u8 {
+            big.extend(std::iter::repeat_n(round, 3 << 20));
+        }
+        assert!(big.chunks(3 << 20).enumerate().all(|(round, chunk)| chunk.iter().all(|b| *b == round as u8)));
         super::release_free_memory();
     }
 }

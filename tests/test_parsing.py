@@ -7,6 +7,7 @@ import json
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import defilens
 from bodies import (
@@ -321,3 +322,41 @@ def test_sandbox_bodies_parse_fully() -> None:
     assert "4h" in set(frames.patterns["interval"].cast(pl.String)) or frames.patterns.height >= 0
     market_frame = defilens.parse_markets(defilens.testing.markets_body("bitcoin", seed=3), "bitcoin")
     assert market_frame.height >= 3
+
+
+def test_numbers_are_read_exactly_as_python_reads_them() -> None:
+    """Every number is the double nearest its text (what `float()` and `json.loads` give): the
+    Sandbox writes full-precision values, 17 significant digits and more, where a parser that
+    multiplies digits and powers of ten in floating point is one unit in the last place off."""
+    bodies = [defilens.testing.listing_body(f"token-{i}", seed=3, now="2026-11-23T00:00:00Z") for i in range(300)]
+    frames = defilens.parse_tokens(bodies)
+    expected_indicators, expected_snapshot = [], []
+    for body in bodies:
+        data = json.loads(body)["data"]
+        for key, value in data.items():
+            if isinstance(value, float) and key.rsplit("_", 1)[0] in NUMERIC_FAMILIES:
+                expected_indicators.append((data["id"], key.rsplit("_", 1)[0], key.rsplit("_", 1)[1], value))
+        expected_snapshot.append((data["id"], float(data["current_price"]), data["ath"], data["market_cap"]))
+    indicators = {
+        (token, name, interval): value
+        for token, name, interval, value in frames.indicators.select(
+            "token", "indicator", pl.col("interval").cast(pl.String), "value"
+        ).iter_rows()
+    }
+    long_texts = 0
+    for token, name, interval, value in expected_indicators:
+        assert indicators[(token, name, interval)] == value, (token, name, interval)
+        long_texts += len(repr(value).replace("-", "").replace(".", "").lstrip("0")) >= 16
+    assert long_texts > 1000, "the corpus should hold many numbers of 16 or more digits"
+    snapshot = frames.snapshot.select("token", "current_price", "ath", "market_cap").rows()
+    assert snapshot == expected_snapshot
+
+
+def test_big_batches_build_the_same_frames_as_one_body_at_a_time() -> None:
+    """The batch path (threads, shared string views, reused row buffers) against single bodies."""
+    bodies = [defilens.testing.listing_body(f"t-{i}-a-token-name-past-twelve-bytes", seed=5) for i in range(1200)]
+    batch = defilens.parse_tokens(bodies)
+    singles = [defilens.parse_token(body) for body in bodies]
+    for name in ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info"):
+        expected = pl.concat([getattr(single, name) for single in singles])
+        assert_frame_equal(getattr(batch, name), expected, check_exact=True)

@@ -56,12 +56,32 @@ def parse_tokens(
     bodies = list(bodies)
     ids = None if token_ids is None else list(token_ids)
     result = _core.parse_tokens(bodies, ids, _fetched_at_ms(fetched_at))
-    tokens = result["snapshot"]["token"].to_list()
-    raw = [
-        (token, "listing", body.encode() if isinstance(body, str) else bytes(body))
-        for token, body in zip(tokens, bodies)
-    ]
-    return Frames(result, raw)
+    return Frames(result, _ListingBodies(result["snapshot"]["token"], bodies))
+
+
+class _ListingBodies:
+    """The bodies `parse_tokens` read, for `Frames.raw`: paired with their tokens only when
+    asked (a batch of 20,000 bodies would otherwise spend longer building the pairs than
+    parsing). Bodies that are not ``bytes`` or ``str`` are copied now, so that later changes to
+    a ``bytearray`` do not change what was parsed."""
+
+    __slots__ = ("_tokens", "_bodies")
+
+    def __init__(self, tokens: pl.Series, bodies: "list[Body]") -> None:
+        self._tokens = tokens
+        self._bodies = [body if isinstance(body, (bytes, str)) else bytes(body) for body in bodies]
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def stored_bytes(self) -> int:
+        return sum(len(body) for body in self._bodies)
+
+    def items(self) -> "list[tuple[str, str, bytes]]":
+        return [
+            (token, "listing", body.encode() if isinstance(body, str) else body)
+            for token, body in zip(self._tokens.to_list(), self._bodies)
+        ]
 
 
 def parse_markets(body: Body, token_id: str, fetched_at: When = None) -> pl.DataFrame:
