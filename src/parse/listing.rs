@@ -239,14 +239,17 @@ impl CachedRoute {
 }
 
 impl KeyShape {
-    /// The route of `key`, the `position`-th key of `data`.
+    /// The key of the `position`-th field of `data` and its route: the last body's key there
+    /// if this body has the same, else whatever key comes (remembered for the next body).
     #[inline]
-    fn route(&mut self, position: usize, key: &str) -> FieldRoute {
+    fn read_key<'de>(&mut self, position: usize, scanner: &mut Scanner<'de>) -> Option<(&'de str, FieldRoute)> {
         if let Some((expected, route)) = self.keys.get(position) {
-            if same_bytes(expected.as_bytes(), key.as_bytes()) {
-                return route.route();
+            let route = *route;
+            if let Some(key) = scanner.key_if(expected) {
+                return Some((key, route.route()));
             }
         }
+        let key = scanner.key()?;
         let route = route_of(key);
         if let Some(cached) = CachedRoute::of(&route) {
             let entry = (Box::from(key), cached);
@@ -256,30 +259,8 @@ impl KeyShape {
                 std::cmp::Ordering::Greater => {}
             }
         }
-        route
+        Some((key, route))
     }
-}
-
-/// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
-/// costs more than the comparison).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        return a == b;
-    }
-    let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
-    let mut at = 0;
-    while at + 8 < n {
-        if word(a, at) != word(b, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
 }
 
 /// A field of `data` on the fast path. The two commonest cases, a number in a numeric family
@@ -326,10 +307,8 @@ fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>, shape: 
                     return None;
                 }
                 pending.field = Some(("", Cow::Borrowed(key)));
-                let mut position = 0;
-                scanner.object(|scanner, key| {
-                    let route = shape.route(position, key);
-                    position += 1;
+                scanner.members(|scanner, position| {
+                    let (key, route) = shape.read_key(position, scanner)?;
                     scan_data_field(pending, route, key, scanner)
                 })?;
                 pending.saw_data = true;

@@ -34,6 +34,28 @@ const POW10: [f64; 23] = [
     1e21, 1e22,
 ];
 
+/// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
+/// costs more than the comparison).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
 /// A JSON number as serde_json reads it (small enough to come back in registers).
 #[derive(Clone, Copy)]
 enum Number {
@@ -124,16 +146,24 @@ impl<'de> Scanner<'de> {
     /// Reads an object, calling `each(scanner, key)` with the scanner before each value; `each`
     /// must consume the value.
     pub fn object(&mut self, mut each: impl FnMut(&mut Self, &'de str) -> Option<()>) -> Option<()> {
+        self.members(|scanner, _| {
+            let key = scanner.key()?;
+            each(scanner, key)
+        })
+    }
+
+    /// Reads an object, calling `each(scanner, position)` for each member: `each` reads the key
+    /// (`key` or `key_if`) and the value.
+    pub fn members(&mut self, mut each: impl FnMut(&mut Self, usize) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
         if self.peek()? == b'}' {
             self.pos += 1;
             return Some(());
         }
+        let mut position = 0;
         loop {
-            self.skip_whitespace();
-            let key = self.string()?;
-            self.eat(b':')?;
-            each(self, key)?;
+            each(self, position)?;
+            position += 1;
             match self.peek()? {
                 b',' => self.pos += 1,
                 b'}' => {
@@ -143,6 +173,36 @@ impl<'de> Scanner<'de> {
                 _ => return None,
             }
         }
+    }
+
+    /// A member's key and its colon.
+    #[inline]
+    pub fn key(&mut self) -> Option<&'de str> {
+        self.skip_whitespace();
+        let key = self.string()?;
+        self.eat(b':')?;
+        Some(key)
+    }
+
+    /// The member's key and its colon if the key is `expected` (compared in place, without
+    /// looking for the closing quote first); `None`, having read nothing, if it is not.
+    /// `expected` must be a key `key` read before (no quote, escape or control character).
+    #[inline]
+    pub fn key_if(&mut self, expected: &str) -> Option<&'de str> {
+        self.skip_whitespace();
+        let start = self.pos + 1;
+        let end = start + expected.len();
+        let bytes = self.bytes;
+        if bytes.get(self.pos) != Some(&b'"') || bytes.get(end) != Some(&b'"') {
+            return None;
+        }
+        if !same_bytes(&bytes[start..end], expected.as_bytes()) {
+            return None;
+        }
+        self.pos = end + 1;
+        self.eat(b':')?;
+        // SAFETY: the bytes equal those of `expected`, a `str`.
+        Some(unsafe { std::str::from_utf8_unchecked(&bytes[start..end]) })
     }
 
     /// Does a number come next? (Leaves it unread.)
@@ -457,10 +517,8 @@ impl<'de> Scanner<'de> {
                 value * POW10[exponent as usize]
             }
         } else {
-            // std's parser is correctly rounded too, and slower.
-            // SAFETY: the grammar above let only ASCII digits, signs, '.' and 'e' into the range.
-            let text = unsafe { std::str::from_utf8_unchecked(&bytes[start..pos]) };
-            let value: f64 = text.parse().ok()?;
+            // fast-float2 (Eisel-Lemire, then exact arithmetic) is correctly rounded too.
+            let value: f64 = fast_float2::parse(&bytes[start..pos]).ok()?;
             if value.is_infinite() {
                 return None; // serde_json: "number out of range"
             }
