@@ -360,3 +360,12 @@ def test_big_batches_build_the_same_frames_as_one_body_at_a_time() -> None:
     for name in ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info"):
         expected = pl.concat([getattr(single, name) for single in singles])
         assert_frame_equal(getattr(batch, name), expected, check_exact=True)
+
+
+def test_frame_buffer_bytes_measures_every_frame(frames: defilens.Frames) -> None:
+    """The memory benchmark's measure: views counted, never below a byte a cell."""
+    from defilens import _core
+
+    for name, frame in frames.items():
+        size = _core.frame_buffer_bytes(frame)
+        assert size >= frame.height * frame.width, name

@@ -14,7 +14,8 @@ pub fn buffer_bytes(frame: &DataFrame) -> usize {
         .columns()
         .iter()
         .map(|column| {
-            let series = column.as_materialized_series().to_physical_repr();
+            // The chunks are the physical arrays (an Enum's are its u8 indices).
+            let series = column.as_materialized_series();
             series.chunks().iter().map(|array| array_bytes(array.as_ref(), &mut seen)).sum::<usize>()
         })
         .sum()
@@ -51,6 +52,17 @@ fn views_bytes(strings: &BinaryViewArrayGeneric<str>, seen: &mut HashSet<usize>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_frame_of_a_parse_is_measured() {
+        let body = String::from_utf8(crate::model::samples::LISTING.to_vec()).unwrap();
+        let inputs = [crate::parse::ListingBody { body: body.as_bytes(), token: Some("t"), fetched_at: Some(1) }];
+        let (frames, _) = crate::parse::parse_listings(&inputs);
+        for (name, frame) in frames.into_named() {
+            let bytes = buffer_bytes(&frame);
+            assert!(frame.height() == 0 || bytes >= frame.height() * frame.width(), "{name}: {bytes}");
+        }
+    }
 
     #[test]
     fn views_and_shared_strings_are_counted_once() {

@@ -1,10 +1,14 @@
 //! Listing bodies into the listing frames.
 //!
-//! A body is read by serde visitors that look at each key once: scalar fields are converted to
-//! their column type, interval-suffixed fields are routed by the JSON type of their value into
-//! the long frames, everything else is skipped without being built. The rows of one body are
-//! collected first (borrowing strings from the body) and appended only when the whole body
-//! parsed, so a malformed body leaves no partial rows behind.
+//! A body is read twice at most. First by the byte scanner (`scanner.rs`), which handles the
+//! shape nearly every body has; if it declines anything, by serde visitors, which read every
+//! valid body and say where an invalid one goes wrong. Both look at each key once and route it
+//! by the field catalogue in `read_routed_field`: scalar fields converted to their column type,
+//! interval-suffixed fields routed by the JSON type of their value into the long frames,
+//! everything else skipped without being built (the scanner's two shortcuts in
+//! `scan_data_field` write the rows it would, held equal by the differential tests). The
+//! rows of one body are collected first (borrowing strings from the body) and appended only
+//! when the whole body parsed, so a malformed body leaves no partial rows behind.
 
 use std::borrow::Cow;
 use std::fmt;
