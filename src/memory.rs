@@ -3,12 +3,15 @@
 //! Large buffers (the columns of big frames) are mapped from the system directly rather than
 //! carved from the C allocator's heap: freeing one returns it to the system at once (glibc
 //! would raise its mmap threshold after the first large free and keep later ones in its heap,
-//! so a process that parsed 100 MB of frames stayed 70 MB larger after dropping them), and a
-//! mapping of 4 MiB or more asks for transparent huge pages (`MADV_HUGEPAGE`, honoured where
-//! the system's THP setting is `madvise` or `always`): 512 times fewer page faults while the
-//! frames fill. Small allocations stay with the C allocator, and after a batch
-//! `release_free_memory` hands back what the batch freed there (the response bodies).
-//! Elsewhere than Linux everything is the system allocator's.
+//! so a process that parsed 100 MB of frames stayed 70 MB larger after dropping them), and
+//! growing one moves its pages, not its bytes (`mremap`). Small allocations stay with the C
+//! allocator, and after a batch `release_free_memory` hands back what the batch freed there
+//! (the response bodies). Elsewhere than Linux everything is the system allocator's.
+//!
+//! Tried and left out: asking for transparent huge pages (`MADV_HUGEPAGE`) on large mappings.
+//! Interleaved runs on the 2-core VM: repeated parses of 20,000 bodies 2-3% faster (137 ms
+//! against 140), but the first parse in a process now and then much slower (up to 250 ms
+//! against 150), the kernel compacting memory to find huge pages. Not worth the surprise.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
@@ -34,24 +37,9 @@ mod mapped {
     /// Allocations at least this large are mappings of their own.
     pub const LARGE: usize = 128 << 10;
     const PAGE: usize = 4096;
-    const HUGE_PAGE: usize = 2 << 20;
-    /// Mappings at least this large ask for huge pages: big enough that the rounding to whole
-    /// huge pages wastes little.
-    const HUGE_BUFFER: usize = 2 * HUGE_PAGE;
 
     pub fn applies(layout: &Layout) -> bool {
         layout.size() >= LARGE && layout.align() <= PAGE
-    }
-
-    fn advise(start: *mut u8, size: usize) {
-        if size >= HUGE_BUFFER {
-            // The whole mapping, not only its aligned middle: advice on part of a mapping splits
-            // it in three, and `mremap` refuses (EFAULT) to move a range that spans several.
-            // The kernel backs the aligned 2 MiB stretches with huge pages either way.
-            // SAFETY: the range is a mapping of ours; advice never changes contents, and a
-            // refusal (no THP) changes nothing.
-            unsafe { libc::madvise(start.cast(), size, libc::MADV_HUGEPAGE) };
-        }
     }
 
     /// A fresh mapping (zeroed by the system), or null.
@@ -70,7 +58,6 @@ mod mapped {
         if pointer == libc::MAP_FAILED {
             return std::ptr::null_mut();
         }
-        advise(pointer.cast(), size);
         pointer.cast()
     }
 
@@ -88,10 +75,10 @@ mod mapped {
     pub unsafe fn remap(pointer: *mut u8, size: usize, new_size: usize) -> *mut u8 {
         let moved = unsafe { libc::mremap(pointer.cast(), size, new_size, libc::MREMAP_MAYMOVE) };
         if moved != libc::MAP_FAILED {
-            advise(moved.cast(), new_size);
             return moved.cast();
         }
-        // Refused (a mapping split by someone's advice, say): a new mapping and a copy.
+        // Refused (a mapping split in several by someone's `madvise`, say): a new mapping and
+        // a copy.
         let fresh = map(new_size);
         if !fresh.is_null() {
             unsafe {
@@ -168,7 +155,8 @@ mod tests {
         assert!(buffer.iter().enumerate().all(|(i, v)| *v == i as u64));
         let zeroed = vec![0u8; 20 << 20];
         assert!(zeroed.iter().all(|b| *b == 0));
-        // Huge-page advice and growth by remapping, many times over (EFAULT once came from here).
+        // Growth by remapping, many times over (EFAULT once came from here, with advice that
+        // split the mapping).
         let mut big: Vec<u8> = Vec::with_capacity(5 << 20);
         for round in 0..40u8 {
             big.extend(std::iter::repeat_n(round, 3 << 20));
