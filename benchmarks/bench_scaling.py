@@ -34,7 +34,7 @@ def parse_scaling(sizes: List[int]) -> List[Tuple[int, float, float]]:
     for n in sizes:
         bodies = (made * (n // distinct + 1))[:n]
         megabytes = sum(map(len, bodies)) / 1e6
-        runs = 10 if n <= 2_000 else 5 if n <= 20_000 else 2
+        runs = 10 if n <= 20_000 else 3
         defilens.parse_tokens(bodies)  # warm: first-touch allocation, the thread pool
         gc.collect()
         results.append((n, megabytes, best_of(lambda batch=bodies: defilens.parse_tokens(batch), runs)))
