@@ -68,25 +68,17 @@ mod mapped {
     }
 
     /// Grows or shrinks a mapping, moving it if need be (the kernel moves the pages, not
-    /// their bytes); null if the system refuses.
+    /// their bytes); null if the system refuses (a mapping split in several by someone's
+    /// `madvise`, say), leaving the mapping as it was.
     ///
     /// # Safety
     /// `pointer` and `size` are those of a mapping made by `map` or `remap`.
     pub unsafe fn remap(pointer: *mut u8, size: usize, new_size: usize) -> *mut u8 {
         let moved = unsafe { libc::mremap(pointer.cast(), size, new_size, libc::MREMAP_MAYMOVE) };
-        if moved != libc::MAP_FAILED {
-            return moved.cast();
+        if moved == libc::MAP_FAILED {
+            return std::ptr::null_mut();
         }
-        // Refused (a mapping split in several by someone's `madvise`, say): a new mapping and
-        // a copy.
-        let fresh = map(new_size);
-        if !fresh.is_null() {
-            unsafe {
-                std::ptr::copy_nonoverlapping(pointer, fresh, size.min(new_size));
-                unmap(pointer, size);
-            }
-        }
-        fresh
+        moved.cast()
     }
 }
 
@@ -122,20 +114,24 @@ unsafe impl GlobalAlloc for Allocator {
         {
             // SAFETY: `new_size` with the same alignment is a valid layout (GlobalAlloc's rule).
             let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-            match (mapped::applies(&layout), mapped::applies(&new_layout)) {
-                (true, true) => return unsafe { mapped::remap(pointer, layout.size(), new_size) },
-                (false, false) => {}
-                // Across the threshold: a new block, the bytes copied, the old block freed.
-                _ => {
-                    let moved = unsafe { self.alloc(new_layout) };
-                    if !moved.is_null() {
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(pointer, moved, layout.size().min(new_size));
-                            self.dealloc(pointer, layout);
-                        }
-                    }
-                    return moved;
+            let (mapped_now, mapped_after) = (mapped::applies(&layout), mapped::applies(&new_layout));
+            if mapped_now && mapped_after {
+                let remapped = unsafe { mapped::remap(pointer, layout.size(), new_size) };
+                if !remapped.is_null() {
+                    return remapped;
                 }
+            }
+            if mapped_now || mapped_after {
+                // Across the threshold, or a refused remap: a new block, the bytes copied, the
+                // old block freed.
+                let moved = unsafe { self.alloc(new_layout) };
+                if !moved.is_null() {
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(pointer, moved, layout.size().min(new_size));
+                        self.dealloc(pointer, layout);
+                    }
+                }
+                return moved;
             }
         }
         unsafe { System.realloc(pointer, layout, new_size) }

@@ -154,9 +154,15 @@ impl<'de> Scanner<'de> {
 
     /// Reads an object, calling `each(scanner, position)` for each member: `each` reads the key
     /// (`key` or `key_if`) and the value.
-    pub fn members(&mut self, mut each: impl FnMut(&mut Self, usize) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
+    pub fn members(&mut self, each: impl FnMut(&mut Self, usize) -> Option<()>) -> Option<()> {
+        self.elements(b'{', b'}', each)
+    }
+
+    /// A bracketed, comma-separated sequence (an object's members or an array's elements):
+    /// `each(scanner, position)` reads one element.
+    fn elements(&mut self, open: u8, close: u8, mut each: impl FnMut(&mut Self, usize) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.pos += 1;
             return Some(());
         }
@@ -166,7 +172,7 @@ impl<'de> Scanner<'de> {
             position += 1;
             match self.peek()? {
                 b',' => self.pos += 1,
-                b'}' => {
+                byte if byte == close => {
                     self.pos += 1;
                     return Some(());
                 }
@@ -228,26 +234,26 @@ impl<'de> Scanner<'de> {
     /// Reads an array of strings and nulls, calling `each` with every string; `None` for an
     /// array holding anything else.
     pub fn strings(&mut self, mut each: impl FnMut(&'de str)) -> Option<()> {
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
-            self.pos += 1;
-            return Some(());
-        }
-        loop {
-            match self.peek()? {
-                b'"' => each(self.string()?),
-                b'n' => self.literal(b"null")?,
-                _ => return None,
+        self.string_items(|item| {
+            if let Some(text) = item {
+                each(text);
             }
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
+        })
+    }
+
+    /// Reads an array of strings and nulls, calling `each` with every item (`None` for a null).
+    fn string_items(&mut self, mut each: impl FnMut(Option<&'de str>)) -> Option<()> {
+        self.elements(b'[', b']', |scanner, _| {
+            match scanner.peek()? {
+                b'"' => each(Some(scanner.string()?)),
+                b'n' => {
+                    scanner.literal(b"null")?;
+                    each(None);
                 }
                 _ => return None,
             }
-        }
+            Some(())
+        })
     }
 
     /// Is the next value an object? (Leaves it unread.)
@@ -340,30 +346,9 @@ impl<'de> Scanner<'de> {
 
     /// An array of strings and nulls; anything else in it goes to serde_json.
     fn string_list(&mut self) -> Option<Value<'de>> {
-        self.pos += 1;
         let mut items = Vec::new();
-        if self.peek()? == b']' {
-            self.pos += 1;
-            return Some(Value::StrList(items));
-        }
-        loop {
-            match self.peek()? {
-                b'"' => items.push(Some(Cow::Borrowed(self.string()?))),
-                b'n' => {
-                    self.literal(b"null")?;
-                    items.push(None);
-                }
-                _ => return None,
-            }
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(Value::StrList(items));
-                }
-                _ => return None,
-            }
-        }
+        self.string_items(|item| items.push(item.map(Cow::Borrowed)))?;
+        Some(Value::StrList(items))
     }
 
     /// Checks and steps over any value (for fields nobody reads).
@@ -377,24 +362,7 @@ impl<'de> Scanner<'de> {
         }
         match self.peek()? {
             b'{' => self.object(|scanner, _| scanner.skip_at_depth(depth + 1)),
-            b'[' => {
-                self.pos += 1;
-                if self.peek()? == b']' {
-                    self.pos += 1;
-                    return Some(());
-                }
-                loop {
-                    self.skip_at_depth(depth + 1)?;
-                    match self.peek()? {
-                        b',' => self.pos += 1,
-                        b']' => {
-                            self.pos += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
+            b'[' => self.elements(b'[', b']', |scanner, _| scanner.skip_at_depth(depth + 1)),
             b'"' => self.skip_string(),
             _ => self.value().map(drop),
         }
