@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop test test-rust test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test check-versions
+.PHONY: develop test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test check-versions
 
 develop:            ## rebuild the extension into the venv (reuses target/)
 	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
@@ -14,6 +14,9 @@ test: test-rust test-python
 
 test-rust:          ## no Python needed (dev profile: faster to build, overflow checks on)
 	cargo test --lib --features sandbox
+
+test-rust-on-wheel-build:  ## the Rust tests on the dependencies the wheel's build compiled (CI's way: polars compiled once)
+	.ci/rust-tests-on-wheel-build $(PY)
 
 test-python:
 	$(VENV)/bin/pytest

@@ -21,7 +21,9 @@ mod runtime;
 #[cfg(feature = "sandbox")]
 mod sandbox;
 
-#[cfg(feature = "python")]
+// Not in the unit tests' build: it needs libpython, which an extension module never links, and
+// leaving it out lets `cargo test --release --features python` reuse the wheel's dependencies.
+#[cfg(all(feature = "python", not(test)))]
 mod python;
 
 pub use batch::{FetchOutcome, Job, RawStore};

@@ -42,7 +42,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
-#[cfg(feature = "python")]
+#[cfg(all(feature = "python", not(test)))]
 pub use clock::wall_clock_ms;
 pub use clock::ClockConfig;
 pub use market::{level_of, Candle, HISTORY};
