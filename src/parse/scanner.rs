@@ -34,6 +34,57 @@ const POW10: [f64; 23] = [
     1e21, 1e22,
 ];
 
+/// The same powers of ten as integers (10^22 < 2^74, so a 54-bit factor still fits in 128 bits).
+const POW10_EXACT: [u128; 23] = {
+    let mut powers = [1u128; 23];
+    let mut k = 1;
+    while k < 23 {
+        powers[k] = powers[k - 1] * 10;
+        k += 1;
+    }
+    powers
+};
+
+/// `significand / 10^k` correctly rounded (to nearest, ties to even), for `k <= 22` and a
+/// significand above 2^53, where one division of doubles can be an ulp off (the significand is
+/// rounded first). That quotient is the first guess; exact 128-bit comparisons of the decimal
+/// with the midpoints to the guess's neighbours move it to the right double. `None` (the caller
+/// falls back to fast-float2) where a comparison would not fit in 128 bits: results below 2^-11
+/// or at a power of two.
+fn divide_by_power_of_ten(significand: u64, k: usize) -> Option<f64> {
+    let power = POW10_EXACT[k];
+    let mut guess = significand as f64 / POW10[k];
+    // Two steps at most: the guess is within about one ulp.
+    for _ in 0..3 {
+        let bits = guess.to_bits();
+        let mantissa = (bits & ((1 << 52) - 1)) | (1 << 52);
+        // guess = mantissa * 2^exponent
+        let exponent = ((bits >> 52) & 0x7FF) as i64 - 1075;
+        if mantissa == 1 << 52 {
+            return None; // the gap below a power of two is half the one above
+        }
+        // decimal vs a midpoint (2 * mantissa ± 1) * 2^(exponent - 1), both times 2^(1 - exponent) * 10^k
+        let shift = 1 - exponent;
+        if !(0..=64).contains(&shift) {
+            return None;
+        }
+        let decimal = u128::from(significand) << shift;
+        let odd = mantissa & 1 == 1;
+        let upper = u128::from(2 * mantissa + 1) * power;
+        if decimal > upper || (decimal == upper && odd) {
+            guess = guess.next_up();
+            continue;
+        }
+        let lower = u128::from(2 * mantissa - 1) * power;
+        if decimal < lower || (decimal == lower && odd) {
+            guess = guess.next_down();
+            continue;
+        }
+        return Some(guess);
+    }
+    None
+}
+
 /// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
 /// costs more than the comparison).
 #[inline]
@@ -477,13 +528,18 @@ impl<'de> Scanner<'de> {
             });
         }
         // Exact when the significand and the power of ten are both exact doubles: one rounding.
-        let magnitude = if digits <= 19 && significand < (1 << 53) && exponent.abs() <= 22 {
+        // Seventeen significant digits and more (most indicator values) are checked exactly.
+        let fits = digits <= 19 && exponent.abs() <= 22;
+        let quick = if fits && significand < (1 << 53) {
             let value = significand as f64;
-            if exponent < 0 {
-                value / POW10[(-exponent) as usize]
-            } else {
-                value * POW10[exponent as usize]
-            }
+            Some(if exponent < 0 { value / POW10[(-exponent) as usize] } else { value * POW10[exponent as usize] })
+        } else if fits && exponent < 0 {
+            divide_by_power_of_ten(significand, (-exponent) as usize)
+        } else {
+            None
+        };
+        let magnitude = if let Some(value) = quick {
+            value
         } else {
             // fast-float2 (Eisel-Lemire, then exact arithmetic) is correctly rounded too.
             let value: f64 = fast_float2::parse(&bytes[start..pos]).ok()?;
@@ -542,6 +598,34 @@ mod tests {
             assert_eq!(scan(text), serde(text), "{text}");
             assert!(scan(text).is_some(), "{text} should take the fast path");
         }
+    }
+
+    #[test]
+    fn long_significands_are_divided_exactly() {
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut checked = 0;
+        for case in 0..300_000 {
+            let (significand, k) = match case % 3 {
+                // any significand of 17 to 19 digits
+                0 => ((1 << 53) + next() % (10_000_000_000_000_000_000 - (1 << 53)), 1 + (next() % 22) as usize),
+                // N.0 with N odd in [2^53, 2^54): exactly halfway between two doubles
+                1 => (((1 << 53) + (next() % (1 << 52)) * 2 + 1) * 10, 1),
+                // N.5 with N in [2^52, 2^53): halfway too
+                _ => ((((1 << 52) + next() % (1 << 52)) * 2 + 1) * 5, 1),
+            };
+            let expected: f64 = format!("{significand}e-{k}").parse().unwrap();
+            if let Some(value) = divide_by_power_of_ten(significand, k) {
+                assert_eq!(value.to_bits(), expected.to_bits(), "{significand}e-{k}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 250_000, "only {checked} cases took the exact division");
     }
 
     #[test]
