@@ -55,8 +55,14 @@ impl ListingRows<'_> {
             items.clear();
             items.into_iter().map(|_| unreachable!("the vector was emptied")).collect()
         }
+        // Most values own nothing (numbers, nulls, borrowed text): only the others are dropped,
+        // and the slots are refilled without a clone each.
+        for value in self.scalars.iter_mut().filter(|value| value.owns_memory()) {
+            *value = Typed::Null;
+        }
+        self.scalars.drain(..).for_each(std::mem::forget);
         let mut scalars: Vec<Typed<'b>> = emptied(self.scalars);
-        scalars.resize(SNAPSHOT_FIELDS.len(), Typed::Null);
+        scalars.extend(std::iter::repeat_with(|| Typed::Null).take(SNAPSHOT_FIELDS.len()));
         self.indicators.clear();
         self.ta_updated.clear();
         self.drift.clear();

@@ -51,6 +51,24 @@ pub enum Typed<'de> {
     List(Vec<Option<Cow<'de, str>>>),
 }
 
+impl Typed<'_> {
+    /// Whether dropping the value frees memory (owned text or a list).
+    #[inline]
+    pub fn owns_memory(&self) -> bool {
+        matches!(self, Typed::Str(Cow::Owned(_)) | Typed::List(_))
+    }
+
+    /// Stores `value` in `slot`, dropping the old value only if it owns memory.
+    #[inline]
+    pub fn store<'a>(slot: &mut Typed<'a>, value: Typed<'a>) {
+        if slot.owns_memory() {
+            *slot = value;
+        } else {
+            std::mem::forget(std::mem::replace(slot, value));
+        }
+    }
+}
+
 /// A map key or string that borrows from the body when it can (serde's own `Cow<str>` always
 /// allocates).
 pub struct BorrowedStr<'de>(pub Cow<'de, str>);

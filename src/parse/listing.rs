@@ -177,7 +177,7 @@ fn read_routed_field<'de, V: FieldValues<'de>>(
             pending.field = Some(("data", key));
             let value = values.value()?;
             match convert(value, SNAPSHOT_FIELDS[index].1) {
-                Ok(typed) => pending.rows.scalars[index] = typed,
+                Ok(typed) => Typed::store(&mut pending.rows.scalars[index], typed),
                 Err(mismatch) => pending.drifted(mismatch),
             }
         }
@@ -293,7 +293,7 @@ fn scan_data_field<'de>(
             })?;
         }
         FieldRoute::Snapshot(index) if SNAPSHOT_FIELDS[*index].1 == ScalarType::F64 && scanner.at_number() => {
-            pending.rows.scalars[*index] = Typed::F64(scanner.number_as_f64()?);
+            Typed::store(&mut pending.rows.scalars[*index], Typed::F64(scanner.number_as_f64()?));
         }
         _ => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
     }
