@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use super::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
 use super::listing::PendingListing;
+use super::scanner::Scanner;
 use crate::model::fields::{ScalarType, COMMUNITY_KEYS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
 
@@ -140,4 +141,66 @@ impl<'de> Visitor<'de> for Chains<'_, 'de> {
         self.0.rows.info.chains = Some(chains);
         Ok(())
     }
+}
+
+/// The fast path's `generalInfo` (see `scanner`): the rows `GeneralInfo`'s visitor would write,
+/// or `None` (the body goes to serde_json) at anything that visitor turns into a drift row.
+pub(super) fn scan_general_info<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingListing<'de>) -> Option<()> {
+    if scanner.at_null() {
+        return scanner.skip();
+    }
+    if !scanner.at_object() {
+        return None;
+    }
+    scanner.object(|scanner, key| {
+        let info = &mut pending.rows.info;
+        let (slot, ty) = match key {
+            "description" => (&mut info.description, ScalarType::Str),
+            "websites" => (&mut info.websites, ScalarType::ListStr),
+            "explorers" => (&mut info.explorers, ScalarType::ListStr),
+            "categories" => (&mut info.categories, ScalarType::ListStr),
+            "community" => return scan_community(scanner, &mut info.community),
+            "chains" => return scan_chains(scanner, &mut info.chains),
+            _ => return scanner.skip(),
+        };
+        *slot = convert(scanner.value()?, ty).ok()?;
+        Some(())
+    })
+}
+
+fn scan_community<'de>(scanner: &mut Scanner<'de>, community: &mut [Option<Cow<'de, str>>]) -> Option<()> {
+    if scanner.at_null() {
+        return scanner.skip();
+    }
+    if !scanner.at_object() {
+        return None;
+    }
+    scanner.object(|scanner, key| match COMMUNITY_KEYS.iter().position(|k| *k == key) {
+        Some(slot) => {
+            community[slot] = match convert(scanner.value()?, ScalarType::Str).ok()? {
+                Typed::Str(link) if !link.is_empty() => Some(link),
+                _ => None,
+            };
+            Some(())
+        }
+        None => scanner.skip(),
+    })
+}
+
+fn scan_chains(scanner: &mut Scanner<'_>, chains: &mut Option<Vec<String>>) -> Option<()> {
+    if scanner.at_null() {
+        return scanner.skip();
+    }
+    let mut texts = Vec::new();
+    scanner.array(|scanner| {
+        let start = scanner.position();
+        scanner.skip()?;
+        // Skipped strings are not checked as UTF-8 by the scanner; kept text must be.
+        let text = simdutf8::basic::from_utf8(scanner.slice_from(start)).ok()?;
+        let compact = !text.bytes().any(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'));
+        texts.push(if compact { text.to_owned() } else { compact_json(text) });
+        Some(())
+    })?;
+    *chains = Some(texts);
+    Some(())
 }

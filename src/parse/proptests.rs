@@ -91,6 +91,9 @@ const KEYS: &[&str] = &[
     "number_of_holders",
 ];
 
+const GENERAL_INFO_KEYS: &[&str] =
+    &["description", "websites", "explorers", "categories", "community", "chains", "unknown"];
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -99,6 +102,22 @@ proptest! {
         let body = format!("{{\"data\": {{\"id\": \"x\", \"{key}\": {value}}}, \"generalInfo\": {{\"description\": {value}}}}}");
         let _ = parse_one(body.as_bytes());
         assert_same_as_serde(body.as_bytes())?;
+    }
+
+    #[test]
+    fn any_value_in_any_general_info_field(
+        key in prop::sample::select(GENERAL_INFO_KEYS),
+        link in prop::sample::select(&["twitter", "github", "discord"][..]),
+        value in json_value(),
+        spaced in any::<bool>(),
+    ) {
+        let chain = if spaced { r#"{ "name" : "a b", "address": "0x1" }"# } else { r#"{"name":"a b","address":"0x1"}"# };
+        let body = format!(
+            "{{\"data\": {{\"id\": \"x\"}}, \"generalInfo\": {{\"chains\": [{chain}], \"{key}\": {value}, \"community\": {{\"{link}\": {value}}}}}}}"
+        );
+        assert_same_as_serde(body.as_bytes())?;
+        let whole = format!("{{\"data\": {{\"id\": \"x\"}}, \"generalInfo\": {value}}}");
+        assert_same_as_serde(whole.as_bytes())?;
     }
 
     #[test]

@@ -307,6 +307,17 @@ impl<'de> Scanner<'de> {
         })
     }
 
+    /// Is the next value `null`? (Leaves it unread.)
+    pub fn at_null(&mut self) -> bool {
+        self.peek() == Some(b'n')
+    }
+
+    /// Reads an array, calling `each` with the scanner before every element; `each` must
+    /// consume the element.
+    pub fn array(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.elements(b'[', b']', |scanner, _| each(scanner))
+    }
+
     /// Is the next value an object? (Leaves it unread.)
     pub fn at_object(&mut self) -> bool {
         self.peek() == Some(b'{')
