@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test check-versions
+.PHONY: develop test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test sdist-test check-versions
 
 develop:            ## rebuild the extension into the venv (reuses target/)
 	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
@@ -64,6 +64,13 @@ wheel-test:         ## installs that wheel into a fresh venv on a PATH without c
 	rm -rf target/wheel-test && python3 -m venv target/wheel-test
 	target/wheel-test/bin/pip install --quiet dist/defilens-*manylinux*.whl
 	cd /tmp && env -i HOME="$$HOME" PATH=/usr/bin:/bin $(abspath target/wheel-test)/bin/defilens fetch bitcoin ethereum --sandbox
+
+sdist-test:         ## maturin sdist, installed into a fresh venv (a full compile, about 6 minutes) and run on the Sandbox
+	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
+	rm -f dist/defilens-*.tar.gz && $(VENV)/bin/maturin sdist --out dist
+	rm -rf target/sdist-test && python3 -m venv target/sdist-test
+	CARGO_TARGET_DIR=$(abspath target/sdist) target/sdist-test/bin/pip install --quiet dist/defilens-*.tar.gz
+	cd /tmp && $(abspath target/sdist-test)/bin/defilens fetch bitcoin ethereum --sandbox
 
 check-versions:     ## the wheel with the oldest Python + oldest polars, newest + newest, and a too-old polars refused
 	.ci/check-versions
