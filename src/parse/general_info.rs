@@ -10,8 +10,34 @@ use serde_json::value::RawValue;
 use super::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
 use super::listing::PendingListing;
 use super::scanner::Scanner;
+use crate::frames::listing::InfoRow;
 use crate::model::fields::{ScalarType, COMMUNITY_KEYS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
+
+/// The `generalInfo` fields that fill one `info` column each, and their column types (their
+/// slots: `plain_slot`).
+const PLAIN_FIELDS: [(&str, ScalarType); 4] = [
+    ("description", ScalarType::Str),
+    ("websites", ScalarType::ListStr),
+    ("explorers", ScalarType::ListStr),
+    ("categories", ScalarType::ListStr),
+];
+
+fn plain_field(key: &str) -> Option<usize> {
+    PLAIN_FIELDS.iter().position(|(name, _)| *name == key)
+}
+
+fn plain_slot<'a, 'de>(info: &'a mut InfoRow<'de>, field: usize) -> &'a mut Typed<'de> {
+    [&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][field]
+}
+
+/// A community link as the `info` frame holds it: an empty text is no link.
+fn community_link(typed: Typed<'_>) -> Option<Cow<'_, str>> {
+    match typed {
+        Typed::Str(link) if !link.is_empty() => Some(link),
+        _ => None,
+    }
+}
 
 /// A visitor of one part of `generalInfo` that may also be null: the struct over the body's
 /// pending rows, its `DeserializeSeed`, and `unexpected`, which turns a value of another JSON
@@ -51,24 +77,14 @@ impl<'de> Visitor<'de> for GeneralInfo<'_, 'de> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let pending = self.0;
         while let Some(BorrowedStr(key)) = map.next_key()? {
-            let target = match key.as_ref() {
-                "description" => Some((ScalarType::Str, 0)),
-                "websites" => Some((ScalarType::ListStr, 1)),
-                "explorers" => Some((ScalarType::ListStr, 2)),
-                "categories" => Some((ScalarType::ListStr, 3)),
-                _ => None,
-            };
+            let plain = plain_field(&key);
             let is_community = key == "community";
             let is_chains = key == "chains";
             pending.field = Some(("generalInfo", key));
-            if let Some((ty, slot)) = target {
+            if let Some(field) = plain {
                 let value: Value<'de> = map.next_value()?;
-                match convert(value, ty) {
-                    Ok(typed) => {
-                        let info = &mut pending.rows.info;
-                        *[&mut info.description, &mut info.websites, &mut info.explorers, &mut info.categories][slot] =
-                            typed;
-                    }
+                match convert(value, PLAIN_FIELDS[field].1) {
+                    Ok(typed) => *plain_slot(&mut pending.rows.info, field) = typed,
                     Err(mismatch) => pending.drifted(mismatch),
                 }
             } else if is_community {
@@ -101,8 +117,7 @@ impl<'de> Visitor<'de> for Community<'_, 'de> {
                     pending.field = Some(("generalInfo.community", key));
                     let value: Value<'de> = map.next_value()?;
                     pending.rows.info.community[slot] = match convert(value, ScalarType::Str) {
-                        Ok(Typed::Str(s)) if !s.is_empty() => Some(s),
-                        Ok(_) => None,
+                        Ok(typed) => community_link(typed),
                         Err(mismatch) => {
                             pending.drifted(mismatch);
                             None
@@ -154,17 +169,15 @@ pub(super) fn scan_general_info<'de>(scanner: &mut Scanner<'de>, pending: &mut P
     }
     scanner.object(|scanner, key| {
         let info = &mut pending.rows.info;
-        let (slot, ty) = match key {
-            "description" => (&mut info.description, ScalarType::Str),
-            "websites" => (&mut info.websites, ScalarType::ListStr),
-            "explorers" => (&mut info.explorers, ScalarType::ListStr),
-            "categories" => (&mut info.categories, ScalarType::ListStr),
-            "community" => return scan_community(scanner, &mut info.community),
-            "chains" => return scan_chains(scanner, &mut info.chains),
-            _ => return scanner.skip(),
-        };
-        *slot = convert(scanner.value()?, ty).ok()?;
-        Some(())
+        if let Some(field) = plain_field(key) {
+            *plain_slot(info, field) = convert(scanner.value()?, PLAIN_FIELDS[field].1).ok()?;
+            return Some(());
+        }
+        match key {
+            "community" => scan_community(scanner, &mut info.community),
+            "chains" => scan_chains(scanner, &mut info.chains),
+            _ => scanner.skip(),
+        }
     })
 }
 
@@ -177,10 +190,7 @@ fn scan_community<'de>(scanner: &mut Scanner<'de>, community: &mut [Option<Cow<'
     }
     scanner.object(|scanner, key| match COMMUNITY_KEYS.iter().position(|k| *k == key) {
         Some(slot) => {
-            community[slot] = match convert(scanner.value()?, ScalarType::Str).ok()? {
-                Typed::Str(link) if !link.is_empty() => Some(link),
-                _ => None,
-            };
+            community[slot] = community_link(convert(scanner.value()?, ScalarType::Str).ok()?);
             Some(())
         }
         None => scanner.skip(),
