@@ -22,7 +22,7 @@ mod runtime;
 mod sandbox;
 
 // Not in the unit tests' build: it needs libpython, which an extension module never links, and
-// leaving it out lets `cargo test --release --features python` reuse the wheel's dependencies.
+// leaving it out lets `.ci/rust-tests-on-wheel-build` reuse the wheel's dependencies.
 #[cfg(all(feature = "python", not(test)))]
 mod python;
 

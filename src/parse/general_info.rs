@@ -161,13 +161,7 @@ impl<'de> Visitor<'de> for Chains<'_, 'de> {
 /// The fast path's `generalInfo` (see `scanner`): the rows `GeneralInfo`'s visitor would write,
 /// or `None` (the body goes to serde_json) at anything that visitor turns into a drift row.
 pub(super) fn scan_general_info<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingListing<'de>) -> Option<()> {
-    if scanner.at_null() {
-        return scanner.skip();
-    }
-    if !scanner.at_object() {
-        return None;
-    }
-    scanner.object(|scanner, key| {
+    object_or_null(scanner, |scanner, key| {
         let info = &mut pending.rows.info;
         if let Some(field) = plain_field(key) {
             *plain_slot(info, field) = convert(scanner.value()?, PLAIN_FIELDS[field].1).ok()?;
@@ -181,14 +175,22 @@ pub(super) fn scan_general_info<'de>(scanner: &mut Scanner<'de>, pending: &mut P
     })
 }
 
-fn scan_community<'de>(scanner: &mut Scanner<'de>, community: &mut [Option<Cow<'de, str>>]) -> Option<()> {
+/// An object, `each` called per key, or a null (nothing to read); `None` for anything else.
+fn object_or_null<'de>(
+    scanner: &mut Scanner<'de>,
+    each: impl FnMut(&mut Scanner<'de>, &'de str) -> Option<()>,
+) -> Option<()> {
     if scanner.at_null() {
         return scanner.skip();
     }
     if !scanner.at_object() {
         return None;
     }
-    scanner.object(|scanner, key| match COMMUNITY_KEYS.iter().position(|k| *k == key) {
+    scanner.object(each)
+}
+
+fn scan_community<'de>(scanner: &mut Scanner<'de>, community: &mut [Option<Cow<'de, str>>]) -> Option<()> {
+    object_or_null(scanner, |scanner, key| match COMMUNITY_KEYS.iter().position(|k| *k == key) {
         Some(slot) => {
             community[slot] = community_link(convert(scanner.value()?, ScalarType::Str).ok()?);
             Some(())
