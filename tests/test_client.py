@@ -397,3 +397,23 @@ def test_async_client_raises_and_cancels(scripted) -> None:
             await task
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_raw_bodies_of_a_large_fetch_come_back_whole_and_compact(defilens_sandbox) -> None:
+    # 1,500 ids with markets: about 20 MB of bodies, several of the raw store's compressed segments.
+    client = defilens.Client(base_url=defilens_sandbox.url, concurrency=32)
+    ids = [f"raw-{i}" for i in range(1500)]
+    frames = client.fetch(ids, progress=False)
+    items = frames._raw_source.items()
+    assert [(token, endpoint) for token, endpoint, _ in items] == [
+        (token, endpoint) for token in ids for endpoint in ("listing", "markets")
+    ]
+    now = defilens_sandbox.now
+    received = 0
+    for token, endpoint, body in items:
+        make = defilens.testing.listing_body if endpoint == "listing" else defilens.testing.markets_body
+        assert body == make(token, now=now).encode(), f"the {endpoint} body of {token} changed"
+        received += len(body)
+    # Kept as zstd streams over many bodies: well under a quarter of what was received.
+    assert frames._raw_source.stored_bytes() < received / 4
+    assert frames.raw[0]["data"]["id"] == "raw-0"

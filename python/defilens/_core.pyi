@@ -98,7 +98,7 @@ class RawBodies:
 
     def __len__(self) -> int: ...
     def stored_bytes(self) -> int:
-        """Bytes held for the bodies, which are kept lz4-compressed."""
+        """Bytes held for the bodies, which are kept zstd-compressed."""
     def items(self) -> List[Tuple[str, str, bytes]]:
         """``[(token, endpoint, body), ...]`` in fetch order."""
 

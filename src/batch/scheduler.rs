@@ -13,8 +13,7 @@ use std::sync::{mpsc, Arc};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::assembler::{Assembler, Received};
-use super::raw_store::CompressedBody;
+use super::assembler::Assembler;
 use super::{FetchOutcome, Progress};
 use crate::client::{now_ms, BackoffGauge, Exchange, HttpClient};
 use crate::error::{Endpoint, Error};
@@ -38,7 +37,7 @@ pub(super) async fn run(
     // One thread parses, in order, what the network hands it; it stops when `to_parser` is
     // dropped, also when the batch is cancelled. It runs at a lower priority: parsing is
     // throughput work, while every moment a response waits for a core delays the next request.
-    let (to_parser, parser_inbox) = mpsc::channel::<Vec<Received>>();
+    let (to_parser, parser_inbox) = mpsc::channel::<Vec<Exchange>>();
     let (listing_ids, markets_ids) = (if listing { ids.len() } else { 0 }, if markets { ids.len() } else { 0 });
     let (parsed, outcome) = tokio::sync::oneshot::channel();
     let queue = Arc::new(ParserQueue::default());
@@ -51,8 +50,8 @@ pub(super) async fn run(
                 let mut assembler = Assembler::new(listing_ids, markets_ids);
                 for exchanges in parser_inbox {
                     let count = exchanges.len();
-                    for Received { exchange, compressed } in exchanges {
-                        assembler.add(exchange, compressed);
+                    for exchange in exchanges {
+                        assembler.add(exchange);
                     }
                     parser_queue.parsed(count);
                 }
@@ -74,7 +73,8 @@ pub(super) async fn run(
     let mut tasks = JoinSet::new();
     let mut slot_of_task: HashMap<tokio::task::Id, usize> = HashMap::with_capacity(window);
     let mut next_to_start = 0;
-    let mut slots: Vec<Option<Received>> = (0..total).map(|_| None).collect();
+    // Exchanges that arrived before one started earlier: only the window's worth, never the batch.
+    let mut arrived: HashMap<usize, Exchange> = HashMap::with_capacity(window);
     let mut next_to_parse = 0;
     let mut ready = Vec::with_capacity(PARSE_BATCH);
     loop {
@@ -91,14 +91,13 @@ pub(super) async fn run(
                     Err(failure) => {
                         let slot = slot_of_task[&failure.id()];
                         let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
-                        let exchange = panicked_exchange(token, endpoint);
-                        (failure.id(), Received { exchange, compressed: None })
+                        (failure.id(), panicked_exchange(token, endpoint))
                     }
                 };
                 let slot = slot_of_task.remove(&task).expect("every task has a slot");
-                slots[slot] = Some(received);
+                arrived.insert(slot, received);
                 progress.done.fetch_add(1, Ordering::Relaxed);
-                while let Some(received) = slots.get_mut(next_to_parse).and_then(Option::take) {
+                while let Some(received) = arrived.remove(&next_to_parse) {
                     ready.push(received);
                     next_to_parse += 1;
                 }
@@ -116,9 +115,7 @@ pub(super) async fn run(
                     let exchange = client.get(&id, endpoint, Some(&backoff)).await;
                     // Let the request that was waiting for this one's slot go out first.
                     tokio::task::yield_now().await;
-                    // Here rather than in the parser: requests finish on every core, the parser has one.
-                    let compressed = exchange.result.as_ref().ok().map(|body| CompressedBody::new(endpoint, body));
-                    Received { exchange, compressed }
+                    exchange
                 });
                 slot_of_task.insert(task.id(), slot);
             }
@@ -157,7 +154,7 @@ fn lower_thread_priority() {}
 /// How many exchanges the parser is handed at a time.
 const PARSE_BATCH: usize = 32;
 /// How many exchanges may wait for the parser before no more requests start (see `run`).
-const MAX_QUEUED: usize = 1024;
+const MAX_QUEUED: usize = 256;
 
 /// How many exchanges have been handed to the parser and not yet parsed.
 #[derive(Default)]
@@ -167,7 +164,7 @@ struct ParserQueue {
 }
 
 impl ParserQueue {
-    fn hand_over(&self, to_parser: &mpsc::Sender<Vec<Received>>, exchanges: Vec<Received>) {
+    fn hand_over(&self, to_parser: &mpsc::Sender<Vec<Exchange>>, exchanges: Vec<Exchange>) {
         self.queued.fetch_add(exchanges.len(), Ordering::Relaxed);
         // Fails only if the parser panicked; its result, awaited at the end of `run`, reports that.
         let _ = to_parser.send(exchanges);

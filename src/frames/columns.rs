@@ -100,6 +100,8 @@ pub fn push_list(builder: &mut ListStringChunkedBuilder, items: &[Option<std::bo
     }
 }
 
+/// A `Datetime(ms, UTC)` column of the given values (the Sandbox's candles).
+#[cfg(feature = "sandbox")]
 pub fn millis_column(column: &str, values: Vec<Option<i64>>) -> Column {
     Int64Chunked::from_iter_options(name(column), values.into_iter())
         .into_datetime(TimeUnit::Milliseconds, Some(TimeZone::UTC))
@@ -130,18 +132,6 @@ impl IntervalColumn {
         }
         .into_column()
     }
-}
-
-pub fn f64_column(column: &str, values: Vec<Option<f64>>) -> Column {
-    Float64Chunked::from_iter_options(name(column), values.into_iter()).into_column()
-}
-
-pub fn i64_column(column: &str, values: Vec<Option<i64>>) -> Column {
-    Int64Chunked::from_iter_options(name(column), values.into_iter()).into_column()
-}
-
-pub fn bool_column(column: &str, values: Vec<bool>) -> Column {
-    BooleanChunked::from_slice(name(column), &values).into_column()
 }
 
 pub fn str_builder(column: &str, capacity: usize) -> StringChunkedBuilder {

@@ -15,7 +15,7 @@ use polars::prelude::DataFrame;
 
 pub use drift::DriftRow;
 pub use listing::{ListingColumns, ListingRows};
-pub use log::{log_frame, LogRecord};
+pub use log::{log_frame, LogColumns, LogRecord};
 pub use markets::{MarketRow, MarketsColumns};
 
 /// Every frame of `Frames`, in order (`errors` is `log` filtered, so it is not built here).

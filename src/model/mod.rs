@@ -43,7 +43,8 @@ impl Endpoint {
 }
 
 /// One body of each endpoint with every key of the wire format in the service's order: seeds
-/// for property tests, and the compression dictionaries of the raw store.
+/// for the tests.
+#[cfg(test)]
 pub mod samples {
     pub const LISTING: &[u8] = include_bytes!("samples/listing.json");
     pub const MARKETS: &[u8] = include_bytes!("samples/markets.json");
