@@ -7,7 +7,7 @@ cache. Memory: the Sandbox in its own process (no latency); the probe imports de
 `Client`, fetches 200 other ids once and drops them (the warm-up: the first fetch of a process
 pages in the code of the network, parsing and frame paths and starts the runtime's threads, some
 15 MiB of RSS that a second fetch, or a fetch of ten times as many ids, does not add again),
-records its RSS (the baseline), fetches every id with markets=False, and reports the peak RSS of
+makes the list of ids, records its RSS (the baseline), fetches every id with markets=False, and reports the peak RSS of
 its lifetime (``ru_maxrss``) minus the baseline, against the frames' Arrow buffers. The same
 probe without the warm-up is reported beside it. Import: ``import polars`` and ``import
 defilens`` timed inside fresh interpreters (interpreter start-up excluded), interleaved, best
@@ -43,11 +43,12 @@ def rss_parts():  # (anonymous, file-backed) RSS in bytes: code paged in from th
 client = defilens.Client(base_url=url, api_key="bench-key", concurrency=50, max_retries=3)
 if warm:
     client.fetch([f"warm-{i}" for i in range(200)], markets=False, progress=False)
+ids = [f"mem-{i}" for i in range(n)]  # the caller's input, made before the baseline
 gc.collect()
 baseline = process.memory_info().rss  # after imports, the client (and the warm-up): what fetch adds is measured
 anon_before, file_before = rss_parts()
 started = time.perf_counter()
-frames = client.fetch([f"mem-{i}" for i in range(n)], markets=False, progress=False)
+frames = client.fetch(ids, markets=False, progress=False)
 wall = time.perf_counter() - started
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 after = process.memory_info().rss

@@ -154,7 +154,7 @@ fn lower_thread_priority() {}
 /// How many exchanges the parser is handed at a time.
 const PARSE_BATCH: usize = 32;
 /// How many exchanges may wait for the parser before no more requests start (see `run`).
-const MAX_QUEUED: usize = 256;
+const MAX_QUEUED: usize = 128;
 
 /// How many exchanges have been handed to the parser and not yet parsed.
 #[derive(Default)]
