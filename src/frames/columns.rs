@@ -119,8 +119,13 @@ impl IntervalColumn {
         Self { name: name(column), indices: Vec::with_capacity(capacity) }
     }
 
+    #[inline]
     pub fn push(&mut self, interval: Interval) {
         self.indices.push(interval.index());
+    }
+
+    pub fn reserve(&mut self, additional: usize) {
+        self.indices.reserve(additional);
     }
 
     pub fn finish(self) -> Column {

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 
 use polars::prelude::*;
-use polars_arrow::array::View;
 
 use super::columns::{
     f64_builder, finish_list, finish_millis, finish_primitive, frame, i64_builder, list_builder, push_list,
@@ -131,13 +130,23 @@ impl LongColumns {
         }
     }
 
+    /// The rows of one body, all carrying `token`: each row's interval and name.
     #[inline]
-    fn push(&mut self, token: View, interval: Interval, name: &Name) {
-        self.token.push_view(token);
-        self.interval.push(interval);
-        match name {
-            Cow::Borrowed(name) => self.name.push_static(name),
-            Cow::Owned(name) => self.name.push_remembered(name),
+    fn push_body<'r>(&mut self, token: &str, rows: impl ExactSizeIterator<Item = (Interval, &'r Name)>) {
+        let count = rows.len();
+        if count == 0 {
+            return;
+        }
+        // The token's bytes once per frame and body; each row a view of them.
+        let token = self.token.store(token);
+        self.token.push_repeated(token, count);
+        self.interval.reserve(count);
+        for (interval, name) in rows {
+            self.interval.push(interval);
+            match name {
+                Cow::Borrowed(name) => self.name.push_static(name),
+                Cow::Owned(name) => self.name.push_remembered(name),
+            }
         }
     }
 
@@ -183,25 +192,17 @@ impl ListingColumns {
         for (column, value) in self.snapshot_fields.iter_mut().zip(&rows.scalars) {
             column.push(value);
         }
-        // The token's bytes once per frame and body; each row a view of them.
-        let token_view = self.indicators.token.store(token);
-        for (interval, name, value) in rows.indicators.drain(..) {
-            self.indicators.push(token_view, interval, &name);
+        self.indicators.push_body(token, rows.indicators.iter().map(|(interval, name, _)| (*interval, name)));
+        for (_, _, value) in rows.indicators.drain(..) {
             self.indicator_values.append_option(value);
         }
-        if !rows.signals.is_empty() {
-            let token_view = self.signals.token.store(token);
-            for (interval, name, value) in rows.signals.drain(..) {
-                self.signals.push(token_view, interval, &name);
-                self.signal_values.append_option(value.as_deref());
-            }
+        self.signals.push_body(token, rows.signals.iter().map(|(interval, name, _)| (*interval, name)));
+        for (_, _, value) in rows.signals.drain(..) {
+            self.signal_values.append_option(value.as_deref());
         }
-        if !rows.patterns.is_empty() {
-            let token_view = self.patterns.token.store(token);
-            for (interval, family, pattern) in rows.patterns.drain(..) {
-                self.patterns.push(token_view, interval, &family);
-                self.pattern_values.push_option_remembered(pattern.as_deref());
-            }
+        self.patterns.push_body(token, rows.patterns.iter().map(|(interval, family, _)| (*interval, family)));
+        for (_, _, pattern) in rows.patterns.drain(..) {
+            self.pattern_values.push_option_remembered(pattern.as_deref());
         }
         for (interval, millis) in rows.ta_updated.drain(..) {
             self.ta_token.append_value(token);

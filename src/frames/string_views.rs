@@ -20,7 +20,7 @@ pub struct StringViews {
     /// Views of the catalogue's names, by the address of their text: a direct-mapped cache
     /// (a collision only stores the name again).
     catalogue: Box<[(usize, View); CATALOGUE_SLOTS]>,
-    /// Bytes of the values of views pushed with `push_view`, added to the array's count at the end.
+    /// Bytes of the values of views pushed with `push_view` and `push_repeated`, added to the array's count at the end.
     view_bytes: usize,
 }
 
@@ -42,13 +42,24 @@ impl StringViews {
 
     /// A row holding a value `store` returned.
     #[inline]
-    pub fn push_view(&mut self, view: View) {
+    fn push_view(&mut self, view: View) {
         self.view_bytes += view.length as usize;
         // SAFETY: the view came from `store` on this array, so it points into its own buffers;
         // its bytes are counted in `finish`.
         unsafe { self.array.views_mut().push(view) };
         if let Some(validity) = self.array.validity() {
             validity.push(true);
+        }
+    }
+
+    /// `count` rows holding a value `store` returned (a body's token on all of its rows).
+    #[inline]
+    pub fn push_repeated(&mut self, view: View, count: usize) {
+        self.view_bytes += view.length as usize * count;
+        // SAFETY: as in `push_view`.
+        unsafe { self.array.views_mut().extend(std::iter::repeat_n(view, count)) };
+        if let Some(validity) = self.array.validity() {
+            validity.extend_constant(count, true);
         }
     }
 
@@ -109,7 +120,7 @@ mod tests {
         let mut column = StringViews::new("name", 4);
         let token = column.store("a-token-longer-than-twelve-bytes");
         let short = column.store("btc");
-        column.push_view(token);
+        column.push_repeated(token, 1);
         column.push_remembered("bearish_engulfing_pattern");
         column.push_option_remembered(None);
         column.push_view(short);

@@ -205,7 +205,8 @@ fn read_routed_field<'de, V: FieldValues<'de>>(
 /// it with the key at its position in the last body, without hashing it.
 #[derive(Default)]
 pub(super) struct KeyShape {
-    keys: Vec<(Box<str>, CachedRoute)>,
+    /// Each key's bytes followed by `":`, as `Scanner::key_if` compares them.
+    keys: Vec<(Box<[u8]>, CachedRoute)>,
 }
 
 /// A `FieldRoute` that borrows nothing from a body: the catalogue's routes.
@@ -244,26 +245,32 @@ impl CachedRoute {
 
 impl KeyShape {
     /// The key of the `position`-th field of `data` and its route: the last body's key there
-    /// if this body has the same, else whatever key comes (remembered for the next body).
+    /// if this body has the same, else whatever key comes (remembered for the next body). The
+    /// route is a catalogue route (`Ok`), or one that borrows from this key (`Err`).
     #[inline]
-    fn read_key<'de>(&mut self, position: usize, scanner: &mut Scanner<'de>) -> Option<(&'de str, FieldRoute)> {
+    fn read_key<'de>(
+        &mut self,
+        position: usize,
+        scanner: &mut Scanner<'de>,
+    ) -> Option<(&'de str, Result<CachedRoute, FieldRoute>)> {
         if let Some((expected, route)) = self.keys.get(position) {
             let route = *route;
             if let Some(key) = scanner.key_if(expected) {
-                return Some((key, route.route()));
+                return Some((key, Ok(route)));
             }
         }
         let key = scanner.key()?;
         let route = route_of(key);
-        if let Some(cached) = CachedRoute::of(&route) {
-            let entry = (Box::from(key), cached);
-            match position.cmp(&self.keys.len()) {
-                std::cmp::Ordering::Less => self.keys[position] = entry,
-                std::cmp::Ordering::Equal => self.keys.push(entry),
-                std::cmp::Ordering::Greater => {}
-            }
+        let Some(cached) = CachedRoute::of(&route) else {
+            return Some((key, Err(route)));
+        };
+        let entry = ([key.as_bytes(), b"\":"].concat().into_boxed_slice(), cached);
+        match position.cmp(&self.keys.len()) {
+            std::cmp::Ordering::Less => self.keys[position] = entry,
+            std::cmp::Ordering::Equal => self.keys.push(entry),
+            std::cmp::Ordering::Greater => {}
         }
-        Some((key, route))
+        Some((key, Ok(cached)))
     }
 }
 
@@ -273,29 +280,29 @@ impl KeyShape {
 /// `proptests.rs` hold the two paths equal); the rest goes through `read_routed_field`.
 fn scan_data_field<'de>(
     pending: &mut PendingListing<'de>,
-    route: FieldRoute,
+    route: Result<CachedRoute, FieldRoute>,
     key: &'de str,
     scanner: &mut Scanner<'de>,
 ) -> Option<()> {
-    match &route {
-        FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Numeric), interval })
-            if scanner.at_number() =>
-        {
+    let route = match route {
+        Ok(route) => route,
+        Err(route) => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
+    };
+    match route {
+        CachedRoute::Family { name, kind: FamilyKind::Numeric, interval } if scanner.at_number() => {
             let number = scanner.number_as_f64()?;
-            pending.rows.indicators.push((*interval, name.clone(), Some(number)));
+            pending.rows.indicators.push((interval, Cow::Borrowed(name), Some(number)));
         }
-        FieldRoute::Suffixed(OwnedSuffixed::Family { name, kind: Some(FamilyKind::Patterns), interval })
-            if scanner.at_array() =>
-        {
+        CachedRoute::Family { name, kind: FamilyKind::Patterns, interval } if scanner.at_array() => {
             // Nulls in the array carry no pattern; any other element is left to serde_json.
             scanner.strings(|pattern| {
-                pending.rows.patterns.push((*interval, name.clone(), Some(Cow::Borrowed(pattern))))
+                pending.rows.patterns.push((interval, Cow::Borrowed(name), Some(Cow::Borrowed(pattern))))
             })?;
         }
-        FieldRoute::Snapshot(index) if SNAPSHOT_FIELDS[*index].1 == ScalarType::F64 && scanner.at_number() => {
-            Typed::store(&mut pending.rows.scalars[*index], Typed::F64(scanner.number_as_f64()?));
+        CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::F64 && scanner.at_number() => {
+            Typed::store(&mut pending.rows.scalars[index], Typed::F64(scanner.number_as_f64()?));
         }
-        _ => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
+        _ => return read_routed_field(pending, route.route(), Cow::Borrowed(key), scanner).ok(),
     }
     Some(())
 }

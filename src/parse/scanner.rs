@@ -241,25 +241,22 @@ impl<'de> Scanner<'de> {
         Some(key)
     }
 
-    /// The member's key and its colon if the key is `expected` (compared in place, without
-    /// looking for the closing quote first); `None`, having read nothing, if it is not.
-    /// `expected` must be a key `key` read before (no quote, escape or control character).
+    /// The member's key and its colon if they are `expected`: a key that `key` read before (no
+    /// quote, escape or control character) followed by `":`, compared in place in one run,
+    /// without looking for the closing quote first. `None`, having read nothing, if they are not
+    /// (also where whitespace stands before the colon: `key` reads those).
     #[inline]
-    pub fn key_if(&mut self, expected: &str) -> Option<&'de str> {
+    pub fn key_if(&mut self, expected: &[u8]) -> Option<&'de str> {
         self.skip_whitespace();
         let start = self.pos + 1;
         let end = start + expected.len();
         let bytes = self.bytes;
-        if bytes.get(self.pos) != Some(&b'"') || bytes.get(end) != Some(&b'"') {
+        if bytes.get(self.pos) != Some(&b'"') || end > bytes.len() || !same_bytes(&bytes[start..end], expected) {
             return None;
         }
-        if !same_bytes(&bytes[start..end], expected.as_bytes()) {
-            return None;
-        }
-        self.pos = end + 1;
-        self.eat(b':')?;
-        // SAFETY: the bytes equal those of `expected`, a `str`.
-        Some(unsafe { std::str::from_utf8_unchecked(&bytes[start..end]) })
+        self.pos = end;
+        // SAFETY: the bytes before the closing quote equal a key `key` read, a `str`.
+        Some(unsafe { std::str::from_utf8_unchecked(&bytes[start..end - 2]) })
     }
 
     /// Does a number come next? (Leaves it unread.)
