@@ -1,6 +1,6 @@
 """Runs every benchmark and writes benchmarks/RESULTS.md (run by hand; not part of the tests).
 
-    /work/venv/bin/python benchmarks/run_all.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--out PATH]
 
 Each benchmark runs in its own interpreter (so one's threads, caches and heap do not colour the
 next) under a time limit; the Sandboxes they start are ended with them. The report starts with
@@ -57,7 +57,7 @@ def document(sections: List[Dict[str, object]], quick: bool, seconds: float, loa
         "",
         f"Machine: {machine()}.",
         "",
-        f"Run with `/work/venv/bin/python benchmarks/run_all.py{' --quick' if quick else ''}` in {seconds:.0f} s. "
+        f"Run with `.venv/bin/python benchmarks/run_all.py{' --quick' if quick else ''}` in {seconds:.0f} s. "
         "Every figure comes from this one run; the Sandbox served every request from a separate process on 127.0.0.1. "
         f"Load average (1 min) before and after: {load} (other work on the machine skews the figures).",
         "",
