@@ -20,6 +20,8 @@ mod parse;
 mod runtime;
 #[cfg(feature = "sandbox")]
 mod sandbox;
+#[cfg(test)]
+mod test_random;
 
 // Not in the unit tests' build: it needs libpython, which an extension module never links, and
 // leaving it out lets `.ci/rust-tests-on-wheel-build` reuse the wheel's dependencies.

@@ -243,13 +243,7 @@ mod tests {
             let padded = format!(" {text}");
             parse_timestamp_ms(&padded)
         };
-        let mut state = 0x2545_F491_4F6C_DD1D_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_random::xorshift(0x2545_F491_4F6C_DD1D_u64);
         for _ in 0..20_000 {
             // Any millisecond from 1900 to 2200.
             let ms = (next() % 9_467_280_000_000) as i64 - 2_208_988_800_000;

@@ -610,13 +610,7 @@ mod tests {
 
     #[test]
     fn long_significands_are_divided_exactly() {
-        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_random::xorshift(0x9E37_79B9_7F4A_7C15_u64);
         let mut checked = 0;
         for case in 0..300_000 {
             let (significand, k) = match case % 3 {
