@@ -17,9 +17,7 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
     let month = digits(b, &mut pos, 2).ok_or("expected a 2-digit month")?;
     expect(b, &mut pos, b'-')?;
     let day = digits(b, &mut pos, 2).ok_or("expected a 2-digit day")?;
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return Err("date out of range");
-    }
+    let days = checked_days(year, month, day)?;
     let mut millis_of_day = 0i64;
     if pos < b.len() {
         if b[pos] != b'T' && b[pos] != b' ' && b[pos] != b't' {
@@ -34,9 +32,7 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
             pos += 1;
             second = digits(b, &mut pos, 2).ok_or("expected 2-digit seconds")?;
         }
-        if hour > 23 || minute > 59 || second > 60 {
-            return Err("time out of range");
-        }
+        let time_ms = checked_time_ms(i64::from(hour), i64::from(minute), i64::from(second))?;
         let mut fraction_ms = 0i64;
         if pos < b.len() && (b[pos] == b'.' || b[pos] == b',') {
             pos += 1;
@@ -54,13 +50,29 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
                 fraction_ms *= 10;
             }
         }
-        millis_of_day = ((hour as i64 * 60 + minute as i64) * 60 + second as i64) * 1000 + fraction_ms;
+        millis_of_day = time_ms + fraction_ms;
         millis_of_day -= parse_offset_ms(b, &mut pos)?;
     }
     if pos != b.len() {
         return Err("unexpected text after the timestamp");
     }
-    Ok(days_from_civil(year, month, day) * 86_400_000 + millis_of_day)
+    Ok(days * 86_400_000 + millis_of_day)
+}
+
+/// Days since the epoch of a date, if it exists.
+fn checked_days(year: i64, month: u32, day: u32) -> Result<i64, &'static str> {
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return Err("date out of range");
+    }
+    Ok(days_from_civil(year, month, day))
+}
+
+/// Milliseconds since midnight of a time of day (a leap second allowed).
+fn checked_time_ms(hour: i64, minute: i64, second: i64) -> Result<i64, &'static str> {
+    if hour > 23 || minute > 59 || second > 60 {
+        return Err("time out of range");
+    }
+    Ok(((hour * 60 + minute) * 60 + second) * 1000)
 }
 
 /// The two forms the service writes, read at their fixed positions (a listing body holds eight
@@ -81,14 +93,8 @@ fn parse_service_form(b: &[u8]) -> Option<i64> {
     let year = two_digits(b, 0)? * 100 + two_digits(b, 2)?;
     let (month, day) = (two_digits(b, 5)? as u32, two_digits(b, 8)? as u32);
     let (hour, minute, second) = (two_digits(b, 11)?, two_digits(b, 14)?, two_digits(b, 17)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let millis_of_day = ((hour * 60 + minute) * 60 + second) * 1000 + millis;
-    Some(days_from_civil(year, month, day) * 86_400_000 + millis_of_day)
+    let days = checked_days(year, month, day).ok()?;
+    Some(days * 86_400_000 + checked_time_ms(hour, minute, second).ok()? + millis)
 }
 
 /// The ASCII digit at `at` (`b` has a fixed length, so it is there).
