@@ -130,23 +130,24 @@ impl LongColumns {
         }
     }
 
-    /// The rows of one body, all carrying `token`: each row's interval and name.
+    /// The rows of one body, all carrying `token`: each row's interval and name here, its value
+    /// handed to `push_value` (the value column is kept beside).
     #[inline]
-    fn push_body<'r>(&mut self, token: &str, rows: impl ExactSizeIterator<Item = (Interval, &'r Name)>) {
-        let count = rows.len();
-        if count == 0 {
+    fn push_body<V>(&mut self, token: &str, rows: &[(Interval, Name, V)], mut push_value: impl FnMut(&V)) {
+        if rows.is_empty() {
             return;
         }
         // The token's bytes once per frame and body; each row a view of them.
         let token = self.token.store(token);
-        self.token.push_repeated(token, count);
-        self.interval.reserve(count);
-        for (interval, name) in rows {
-            self.interval.push(interval);
+        self.token.push_repeated(token, rows.len());
+        self.interval.reserve(rows.len());
+        for (interval, name, value) in rows {
+            self.interval.push(*interval);
             match name {
                 Cow::Borrowed(name) => self.name.push_static(name),
                 Cow::Owned(name) => self.name.push_remembered(name),
             }
+            push_value(value);
         }
     }
 
@@ -192,18 +193,11 @@ impl ListingColumns {
         for (column, value) in self.snapshot_fields.iter_mut().zip(&rows.scalars) {
             column.push(value);
         }
-        self.indicators.push_body(token, rows.indicators.iter().map(|(interval, name, _)| (*interval, name)));
-        for (_, _, value) in rows.indicators.drain(..) {
-            self.indicator_values.append_option(value);
-        }
-        self.signals.push_body(token, rows.signals.iter().map(|(interval, name, _)| (*interval, name)));
-        for (_, _, value) in rows.signals.drain(..) {
-            self.signal_values.append_option(value.as_deref());
-        }
-        self.patterns.push_body(token, rows.patterns.iter().map(|(interval, family, _)| (*interval, family)));
-        for (_, _, pattern) in rows.patterns.drain(..) {
-            self.pattern_values.push_option_remembered(pattern.as_deref());
-        }
+        // The long rows stay in `rows` until `ListingRows::recycle` empties them.
+        self.indicators.push_body(token, &rows.indicators, |value| self.indicator_values.append_option(*value));
+        self.signals.push_body(token, &rows.signals, |value| self.signal_values.append_option(value.as_deref()));
+        self.patterns
+            .push_body(token, &rows.patterns, |pattern| self.pattern_values.push_option_remembered(pattern.as_deref()));
         for (interval, millis) in rows.ta_updated.drain(..) {
             self.ta_token.append_value(token);
             self.ta_interval.push(interval);
