@@ -45,8 +45,20 @@ def sandbox_process(latency: float = 0.0, seed: int = 0, startup_timeout: float 
     """
     # A clock that stands still: every round sees the same market, and the Sandbox's body cache
     # (filled by an untimed priming pass) stays valid for the whole run.
-    command = [PYTHON, "-m", "defilens", "sandbox", "--port", "0", "--seed", str(seed), "--latency", str(latency),
-               "--now", SANDBOX_NOW]
+    command = [
+        PYTHON,
+        "-m",
+        "defilens",
+        "sandbox",
+        "--port",
+        "0",
+        "--seed",
+        str(seed),
+        "--latency",
+        str(latency),
+        "--now",
+        SANDBOX_NOW,
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = _first_line(process, startup_timeout)

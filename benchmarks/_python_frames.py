@@ -34,22 +34,65 @@ TA_FORMAT = "%Y-%m-%d %H:%M:%S%#z"  # the service's "2026-11-21 23:55:00+00"
 # The documented scalar fields of a listing, in the snapshot's column order, with their types.
 S, F, I, B, T, L = "str", "f64", "i64", "bool", "datetime", "list"  # noqa: E741 - a column of one-letter types
 SNAPSHOT_FIELDS: Tuple[Tuple[str, str], ...] = (
-    ("id", S), ("symbol_id", S), ("name", S), ("symbol", S), ("image", S), ("categories", L), ("tags", L),
-    ("exchanges", L), ("is_active", B), ("infinite_supply", B), ("last_updated", T), ("updated_at", T),
-    ("ohlc_updated_time", T), ("current_price", F), ("circulating_supply", F), ("total_supply", F),
-    ("max_supply", F), ("fully_diluted_valuation", F), ("market_cap", F), ("market_cap_rank", I),
-    ("market_cap_dominance", F), ("total_volume", F), ("ath", F), ("atl", F), ("apy", F), ("tvl", F),
-    ("day_volatility", F), ("github_commit", I), ("number_of_holders", F), ("holders_change_percentage_24h", F),
-    ("market_cap_change_percentage_24h", F), ("market_cap_change_percentage_1w", F),
-    ("market_cap_percentage_change_7d", F), ("price_change_percentage_24h", F), ("price_percent_change_1h", F),
-    ("price_percent_change_24h", F), ("price_percent_change_7d", F), ("price_percent_change_30d", F),
-    ("price_percent_change_60d", F), ("price_percent_change_90d", F), ("price_percent_change_1w", F),
-    ("volume_change_24h", F), ("volume_change_1w", F), ("volume_percentage_change_7d", F),
-    ("supply_percentage_change_24h", F), ("open_interest", F), ("open_interest_change_1h", F),
-    ("open_interest_change_4h", F), ("open_interest_change_24h", F), ("funding_rate", F),
-    ("long_short_ratio_1h", F), ("long_short_ratio_4h", F), ("long_short_ratio_24h", F),
-    ("long_liquidation_1h", F), ("long_liquidation_4h", F), ("long_liquidation_24h", F),
-    ("short_liquidation_1h", F), ("short_liquidation_4h", F), ("short_liquidation_24h", F),
+    ("id", S),
+    ("symbol_id", S),
+    ("name", S),
+    ("symbol", S),
+    ("image", S),
+    ("categories", L),
+    ("tags", L),
+    ("exchanges", L),
+    ("is_active", B),
+    ("infinite_supply", B),
+    ("last_updated", T),
+    ("updated_at", T),
+    ("ohlc_updated_time", T),
+    ("current_price", F),
+    ("circulating_supply", F),
+    ("total_supply", F),
+    ("max_supply", F),
+    ("fully_diluted_valuation", F),
+    ("market_cap", F),
+    ("market_cap_rank", I),
+    ("market_cap_dominance", F),
+    ("total_volume", F),
+    ("ath", F),
+    ("atl", F),
+    ("apy", F),
+    ("tvl", F),
+    ("day_volatility", F),
+    ("github_commit", I),
+    ("number_of_holders", F),
+    ("holders_change_percentage_24h", F),
+    ("market_cap_change_percentage_24h", F),
+    ("market_cap_change_percentage_1w", F),
+    ("market_cap_percentage_change_7d", F),
+    ("price_change_percentage_24h", F),
+    ("price_percent_change_1h", F),
+    ("price_percent_change_24h", F),
+    ("price_percent_change_7d", F),
+    ("price_percent_change_30d", F),
+    ("price_percent_change_60d", F),
+    ("price_percent_change_90d", F),
+    ("price_percent_change_1w", F),
+    ("volume_change_24h", F),
+    ("volume_change_1w", F),
+    ("volume_percentage_change_7d", F),
+    ("supply_percentage_change_24h", F),
+    ("open_interest", F),
+    ("open_interest_change_1h", F),
+    ("open_interest_change_4h", F),
+    ("open_interest_change_24h", F),
+    ("funding_rate", F),
+    ("long_short_ratio_1h", F),
+    ("long_short_ratio_4h", F),
+    ("long_short_ratio_24h", F),
+    ("long_liquidation_1h", F),
+    ("long_liquidation_4h", F),
+    ("long_liquidation_24h", F),
+    ("short_liquidation_1h", F),
+    ("short_liquidation_4h", F),
+    ("short_liquidation_24h", F),
 )
 SNAPSHOT_TYPES = dict(SNAPSHOT_FIELDS)
 POLARS_TYPES = {S: pl.String, F: pl.Float64, I: pl.Int64, B: pl.Boolean, T: UTC_MS, L: pl.List(pl.String)}
@@ -57,16 +100,28 @@ SNAPSHOT_SCHEMA = {"token": pl.String, "fetched_at": UTC_MS, **{k: POLARS_TYPES[
 
 # Wire prefix -> family name in `patterns` (the service spells "triple" as "tripple").
 PATTERN_FAMILIES = {
-    "single_pattern": "single", "double_pattern": "double", "tripple_pattern": "triple",
-    "triple_pattern": "triple", "chartpattern": "chart", "candlestick_pattern": "candlestick",
-    "triangle_pattern": "triangle", "head_shoulder_pattern": "head_shoulder",
-    "multiple_top_bottom_pattern": "multiple_top_bottom", "double_top_bottom_pattern": "double_top_bottom",
-    "wedge_pattern": "wedge", "channel_pattern": "channel",
+    "single_pattern": "single",
+    "double_pattern": "double",
+    "tripple_pattern": "triple",
+    "triple_pattern": "triple",
+    "chartpattern": "chart",
+    "candlestick_pattern": "candlestick",
+    "triangle_pattern": "triangle",
+    "head_shoulder_pattern": "head_shoulder",
+    "multiple_top_bottom_pattern": "multiple_top_bottom",
+    "double_top_bottom_pattern": "double_top_bottom",
+    "wedge_pattern": "wedge",
+    "channel_pattern": "channel",
 }
 COMMUNITY = ("twitter", "reddit", "facebook", "github", "telegram")
 INFO_SCHEMA = {
-    "token": pl.String, "description": pl.String, "websites": pl.List(pl.String), "explorers": pl.List(pl.String),
-    **{name: pl.String for name in COMMUNITY}, "chains": pl.List(pl.String), "categories": pl.List(pl.String),
+    "token": pl.String,
+    "description": pl.String,
+    "websites": pl.List(pl.String),
+    "explorers": pl.List(pl.String),
+    **{name: pl.String for name in COMMUNITY},
+    "chains": pl.List(pl.String),
+    "categories": pl.List(pl.String),
 }
 LONG_SCHEMAS = {
     "indicators": {"token": pl.String, "interval": INTERVAL, "indicator": pl.String, "value": pl.Float64},
@@ -102,7 +157,9 @@ def idiomatic(bodies: List[bytes]) -> Dict[str, pl.DataFrame]:
                 snapshot[key] = idiomatic_scalar(value, SNAPSHOT_TYPES[key])
             elif TA_UPDATED.match(key):
                 when = dt.datetime.fromisoformat(value) if value else None  # "...+00" needs Python >= 3.11
-                rows["ta_updated"].append({"token": token, "interval": TA_UPDATED.match(key)["interval"], "updated_at": when})
+                rows["ta_updated"].append(
+                    {"token": token, "interval": TA_UPDATED.match(key)["interval"], "updated_at": when}
+                )
             elif SUFFIXED.match(key):
                 idiomatic_long(rows, token, SUFFIXED.match(key), value)
         rows["snapshot"].append(snapshot)
@@ -132,14 +189,19 @@ def idiomatic_long(rows: Dict[str, List[dict]], token: str, match: "re.Match[str
     elif isinstance(value, list):
         for name in value:
             if name is not None:
-                rows["patterns"].append({"token": token, "interval": interval, "family": pattern_family(family), "pattern": name})
+                rows["patterns"].append(
+                    {"token": token, "interval": interval, "family": pattern_family(family), "pattern": name}
+                )
 
 
 def idiomatic_info(token: str, info: dict) -> dict:
     community = info.get("community") or {}
     return {
-        "token": token, "description": info.get("description"), "websites": info.get("websites"),
-        "explorers": info.get("explorers"), **{name: community.get(name) for name in COMMUNITY},
+        "token": token,
+        "description": info.get("description"),
+        "websites": info.get("websites"),
+        "explorers": info.get("explorers"),
+        **{name: community.get(name) for name in COMMUNITY},
         # Compact JSON text of each chain object, keys sorted as defilens (serde_json) writes them.
         "chains": [json.dumps(c, separators=(",", ":"), ensure_ascii=False) for c in info.get("chains") or []],
         "categories": info.get("categories"),
@@ -230,8 +292,10 @@ def tuned(bodies: List[bytes], token_ids: Optional[List[str]] = None) -> Dict[st
                 ta_token.append(token)
                 ta_interval.append(r[1])
                 ta_value.append(value or None)
-    ta = pl.DataFrame({"token": ta_token, "interval": ta_interval, "updated_at": ta_value},
-                      schema={"token": pl.String, "interval": INTERVAL, "updated_at": pl.String})
+    ta = pl.DataFrame(
+        {"token": ta_token, "interval": ta_interval, "updated_at": ta_value},
+        schema={"token": pl.String, "interval": INTERVAL, "updated_at": pl.String},
+    )
     return {
         "snapshot": tuned_snapshot(tokens, datas),
         "indicators": indicators.frame("indicators"),
@@ -244,8 +308,10 @@ def tuned(bodies: List[bytes], token_ids: Optional[List[str]] = None) -> Dict[st
 
 def tuned_snapshot(tokens: List[str], datas: List[dict]) -> pl.DataFrame:
     """One list per field, then each column converted by polars in one go."""
-    columns = {"token": pl.Series("token", tokens, dtype=pl.String),
-               "fetched_at": pl.Series("fetched_at", [None] * len(tokens), dtype=UTC_MS)}
+    columns = {
+        "token": pl.Series("token", tokens, dtype=pl.String),
+        "fetched_at": pl.Series("fetched_at", [None] * len(tokens), dtype=UTC_MS),
+    }
     for field, kind in SNAPSHOT_FIELDS:
         values = [data.get(field) for data in datas]
         if kind == T:

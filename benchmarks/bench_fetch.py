@@ -52,7 +52,9 @@ def run_httpx(url: str, ids: List[str], concurrency: int) -> int:
         builder = IndicatorsBuilder()
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         # trust_env=False: never a proxy, only 127.0.0.1.
-        async with httpx.AsyncClient(base_url=url, headers=HEADERS, limits=limits, timeout=30, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            base_url=url, headers=HEADERS, limits=limits, timeout=30, trust_env=False
+        ) as client:
             gate = asyncio.Semaphore(concurrency)
 
             async def one(token: str) -> None:
@@ -147,7 +149,9 @@ def read_response(connection: socket.socket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += connection.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
     while len(body) < length:
         body += connection.recv(65536)
     return body
@@ -186,39 +190,64 @@ def report(results: Dict[float, Dict[str, Dict[str, float]]], n: int, concurrenc
     for latency, clients in results.items():
         ideal = n * latency / concurrency
         floor = clients["sandbox floor"]["request"]
-        notes.append(f"{latency * 1000:.0f} ms: {floor * 1000:.2f} ms"
-                     + (f" (caps any client at {latency / floor * 100:.0f}% of the ideal)" if latency else ""))
+        notes.append(
+            f"{latency * 1000:.0f} ms: {floor * 1000:.2f} ms"
+            + (f" (caps any client at {latency / floor * 100:.0f}% of the ideal)" if latency else "")
+        )
         for name, figures in clients.items():
             if name == "sandbox floor":
                 continue
             share = f"{ideal / figures['wall'] * 100:.0f}%" if latency else "-"
-            rows.append([f"{latency * 1000:.0f} ms", name, f"{figures['wall']:.3f}", f"{ideal:.2f}" if latency else "-",
-                         share, f"{n / figures['wall']:,.0f}", f"{figures['cpu'] / n * 1000:.3f}"])
+            rows.append(
+                [
+                    f"{latency * 1000:.0f} ms",
+                    name,
+                    f"{figures['wall']:.3f}",
+                    f"{ideal:.2f}" if latency else "-",
+                    share,
+                    f"{n / figures['wall']:,.0f}",
+                    f"{figures['cpu'] / n * 1000:.3f}",
+                ]
+            )
     ours = "defilens Client.fetch"
     for latency, clients in results.items():
         if latency:
             ideal = n * latency / concurrency
             share = ideal / clients[ours]["wall"]
             cap = latency / clients["sandbox floor"]["request"]
-            targets.append(target(f"fetch, {latency * 1000:.0f} ms latency: share of ideal ({ideal:.2f} s)",
-                                  f"{share * 100:.1f}% ({clients[ours]['wall']:.3f} s; the Sandbox alone caps it at "
-                                  f"{cap * 100:.0f}%)", ">= 95%", share >= 0.95))
+            targets.append(
+                target(
+                    f"fetch, {latency * 1000:.0f} ms latency: share of ideal ({ideal:.2f} s)",
+                    f"{share * 100:.1f}% ({clients[ours]['wall']:.3f} s; the Sandbox alone caps it at "
+                    f"{cap * 100:.0f}%)",
+                    ">= 95%",
+                    share >= 0.95,
+                )
+            )
         else:
             speed = clients["httpx.AsyncClient"]["wall"] / clients[ours]["wall"]
             cpu = clients[ours]["cpu"] / clients["httpx.AsyncClient"]["cpu"]
             targets.append(target("fetch, no latency: speed vs httpx", f"{speed:.2f}x as fast", ">= 3x", speed >= 3.0))
-            targets.append(target("fetch, no latency: CPU per request vs httpx",
-                                  f"{cpu:.2f} of httpx's ({clients[ours]['cpu'] / n * 1000:.3f} vs "
-                                  f"{clients['httpx.AsyncClient']['cpu'] / n * 1000:.3f} s per 1,000)",
-                                  "<= 0.33", cpu <= 1 / 3))
+            targets.append(
+                target(
+                    "fetch, no latency: CPU per request vs httpx",
+                    f"{cpu:.2f} of httpx's ({clients[ours]['cpu'] / n * 1000:.3f} vs "
+                    f"{clients['httpx.AsyncClient']['cpu'] / n * 1000:.3f} s per 1,000)",
+                    "<= 0.33",
+                    cpu <= 1 / 3,
+                )
+            )
     body = (
         f"{n:,} listing requests per client at concurrency {concurrency}, best of {runs} rounds (wall and CPU "
         "each the least of its rounds); the Sandbox in its own process on 127.0.0.1. The peers parse with "
         "orjson and build the indicators frame with polars; defilens builds all its frames. Ideal = "
         "requests x latency / concurrency. One request at a time on a bare socket (the Sandbox's own floor, "
         f"median): {'; '.join(notes)}.\n\n"
-        + table(["latency", "client", "wall (s)", "ideal (s)", "share of ideal", "requests/s", "CPU s per 1,000 req"],
-                rows, "rlrrrrr")
+        + table(
+            ["latency", "client", "wall (s)", "ideal (s)", "share of ideal", "requests/s", "CPU s per 1,000 req"],
+            rows,
+            "rlrrrrr",
+        )
     )
     plain = {str(k): v for k, v in results.items()}
     return {"title": "Fetching", "body": body, "targets": targets, "results": plain}

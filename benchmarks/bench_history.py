@@ -48,7 +48,9 @@ def write_rounds(out: str, ids: List[str], first: int, last: int) -> int:
         fetched_ms = int(started.timestamp() * 1000)
         listing = [defilens.testing.listing_body(token, now=now) for token in ids]
         frames: Dict[str, pl.DataFrame] = dict(_core.parse_tokens(listing, ids, fetched_ms))
-        markets = [_core.parse_markets(defilens.testing.markets_body(token, now=now), token, fetched_ms)[0] for token in ids]
+        markets = [
+            _core.parse_markets(defilens.testing.markets_body(token, now=now), token, fetched_ms)[0] for token in ids
+        ]
         frames["markets"] = pl.concat(markets)
         write_round(defilens.Frames(frames), folder, started, number)
     return last - first

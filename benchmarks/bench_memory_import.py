@@ -114,30 +114,53 @@ def report(m: Dict[str, object], cold: Dict[str, object], imports: Dict[str, flo
         [f"peak RSS during fetch of {m['ids']:,} ids ({m['wall_s']:.1f} s)", f"{m['peak_mib']:.0f} MiB"],
         ["peak growth over the baseline", f"{m['growth_mib']:.1f} MiB"],
         ["RSS after fetch returned (frames alive)", f"{m['after_fetch_mib']:.0f} MiB"],
-        ["of its growth: anonymous memory / file-backed pages (code)",
-         f"{m['anon_growth_mib']:.1f} / {m['file_growth_mib']:.1f} MiB"],
-        ["RSS after the frames were released", f"{m['after_release_mib']:.0f} MiB (+{m['retained_mib']:.0f} MiB over the baseline)"],
+        [
+            "of its growth: anonymous memory / file-backed pages (code)",
+            f"{m['anon_growth_mib']:.1f} / {m['file_growth_mib']:.1f} MiB",
+        ],
+        [
+            "RSS after the frames were released",
+            f"{m['after_release_mib']:.0f} MiB (+{m['retained_mib']:.0f} MiB over the baseline)",
+        ],
         ["frames' estimated_size(), summed", f"{m['frames_mib']:.1f} MiB ({frames})"],
-        ["frames' Arrow buffers (`_core.frame_buffer_bytes`: views counted, shared strings once; the target's measure)",
-         f"{m['frames_arrow_mib']:.1f} MiB (peak growth: {m['arrow_ratio']:.2f}x)"],
+        [
+            "frames' Arrow buffers (`_core.frame_buffer_bytes`: views counted, shared strings once; the target's measure)",
+            f"{m['frames_arrow_mib']:.1f} MiB (peak growth: {m['arrow_ratio']:.2f}x)",
+        ],
         ["response bodies received", f"{m['bodies_mib']:.1f} MiB"],
         ["of which kept for `Frames.raw` (zstd streams)", f"{m['raw_kept_mib']:.1f} MiB"],
-        ["what the fetch returns: frames' buffers + `Frames.raw`", f"{m['frames_arrow_mib'] + m['raw_kept_mib']:.1f} MiB (peak growth: {m['kept_ratio']:.2f}x)"],
-        ["the same fetch in a process that has not fetched before (no warm-up): peak growth",
-         f"{cold['growth_mib']:.1f} MiB ({cold['arrow_ratio']:.2f}x the frames' buffers; anonymous {cold['anon_growth_mib']:.1f}, "
-         f"file-backed {cold['file_growth_mib']:.1f} MiB)"],
+        [
+            "what the fetch returns: frames' buffers + `Frames.raw`",
+            f"{m['frames_arrow_mib'] + m['raw_kept_mib']:.1f} MiB (peak growth: {m['kept_ratio']:.2f}x)",
+        ],
+        [
+            "the same fetch in a process that has not fetched before (no warm-up): peak growth",
+            f"{cold['growth_mib']:.1f} MiB ({cold['arrow_ratio']:.2f}x the frames' buffers; anonymous {cold['anon_growth_mib']:.1f}, "
+            f"file-backed {cold['file_growth_mib']:.1f} MiB)",
+        ],
         [f"import polars (best of {runs}, fresh interpreters)", f"{imports['polars'] * 1000:.0f} ms"],
         ["import defilens (includes polars)", f"{imports['defilens'] * 1000:.0f} ms"],
     ]
     targets = [
-        target(f"peak memory of a {m['ids']:,}-id fetch vs frames' size",
-               f"{m['ratio']:.2f}x ({m['growth_mib']:.0f} MiB vs {m['frames_mib']:.0f} MiB)", "<= 3x", m["ratio"] <= 3.0),  # type: ignore[operator]
-        target(f"peak memory of a {m['ids']:,}-id fetch vs frames' Arrow buffers",
-               f"{m['arrow_ratio']:.2f}x ({m['growth_mib']:.0f} MiB vs {m['frames_arrow_mib']:.0f} MiB; "
-               f"{cold['arrow_ratio']:.2f}x in a process's first fetch)",
-               "<= 1.3x", m["arrow_ratio"] <= 1.3),  # type: ignore[operator]
-        target("memory kept after the frames are released", f"+{m['retained_mib']:.0f} MiB over the baseline",
-               "returned (<= 25% of the peak growth)", m["retained_mib"] <= 0.25 * m["growth_mib"]),  # type: ignore[operator]
+        target(
+            f"peak memory of a {m['ids']:,}-id fetch vs frames' size",
+            f"{m['ratio']:.2f}x ({m['growth_mib']:.0f} MiB vs {m['frames_mib']:.0f} MiB)",
+            "<= 3x",
+            m["ratio"] <= 3.0,
+        ),  # type: ignore[operator]
+        target(
+            f"peak memory of a {m['ids']:,}-id fetch vs frames' Arrow buffers",
+            f"{m['arrow_ratio']:.2f}x ({m['growth_mib']:.0f} MiB vs {m['frames_arrow_mib']:.0f} MiB; "
+            f"{cold['arrow_ratio']:.2f}x in a process's first fetch)",
+            "<= 1.3x",
+            m["arrow_ratio"] <= 1.3,
+        ),  # type: ignore[operator]
+        target(
+            "memory kept after the frames are released",
+            f"+{m['retained_mib']:.0f} MiB over the baseline",
+            "returned (<= 25% of the peak growth)",
+            m["retained_mib"] <= 0.25 * m["growth_mib"],
+        ),  # type: ignore[operator]
         target("time import defilens adds to import polars", f"{added_ms:+.0f} ms", "<= 50 ms", added_ms <= 50),
     ]
     body = (
@@ -148,10 +171,15 @@ def report(m: Dict[str, object], cold: Dict[str, object], imports: Dict[str, flo
         "Arrow buffers (16-byte string views per row, a string shared by many rows once); polars' "
         "`estimated_size()` counts only the characters of String columns. A fetch also keeps every body, "
         "compressed, for `Frames.raw`. Import: time of "
-        "the import statement alone inside fresh interpreters, interleaved.\n\n" + table(["measure", "value"], rows, "lr")
+        "the import statement alone inside fresh interpreters, interleaved.\n\n"
+        + table(["measure", "value"], rows, "lr")
     )
-    return {"title": "Memory and import", "body": body, "targets": targets,
-            "results": {"memory": m, "memory_first_fetch": cold, "imports": imports}}
+    return {
+        "title": "Memory and import",
+        "body": body,
+        "targets": targets,
+        "results": {"memory": m, "memory_first_fetch": cold, "imports": imports},
+    }
 
 
 def main() -> None:

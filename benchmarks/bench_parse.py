@@ -89,25 +89,50 @@ def report(results: Dict[int, Tuple[float, Dict[str, float]]], runs: int) -> Dic
     for n, (megabytes, seconds) in results.items():
         ours = seconds[PARSE]
         for name, s in seconds.items():
-            rows.append([f"{n:,}", f"{megabytes:.1f}", name, f"{s * 1000:,.1f}", f"{megabytes / s:,.0f}",
-                         "1.00x" if name == PARSE else f"{s / ours:.2f}x"])
+            rows.append(
+                [
+                    f"{n:,}",
+                    f"{megabytes:.1f}",
+                    name,
+                    f"{s * 1000:,.1f}",
+                    f"{megabytes / s:,.0f}",
+                    "1.00x" if name == PARSE else f"{s / ours:.2f}x",
+                ]
+            )
         # The target is judged against the faster of the two floors (GC off): the stricter reading.
         floor = min(seconds[FLOOR], seconds[FLOOR_NO_GC])
         floor_ratio, idiomatic_ratio = floor / ours, seconds[IDIOMATIC] / ours
-        targets.append(target(f"parse_tokens vs orjson.loads alone (GC off), {n:,} bodies",
-                              f"{floor_ratio:.2f}x as fast ({ours * 1000:,.0f} vs {floor * 1000:,.0f} ms; "
-                              f"{seconds[FLOOR] * 1000:,.0f} ms with GC on)",
-                              ">= 1x (no slower)", floor_ratio >= 1.0))
-        targets.append(target(f"parse_tokens vs idiomatic Python, {n:,} bodies", f"{idiomatic_ratio:.1f}x as fast",
-                              ">= 20x", idiomatic_ratio >= 20.0))
-        targets.append(target(f"parse_tokens vs tuned Python, {n:,} bodies (no target)",
-                              f"{seconds[TUNED] / ours:.1f}x as fast", "-", None))
+        targets.append(
+            target(
+                f"parse_tokens vs orjson.loads alone (GC off), {n:,} bodies",
+                f"{floor_ratio:.2f}x as fast ({ours * 1000:,.0f} vs {floor * 1000:,.0f} ms; "
+                f"{seconds[FLOOR] * 1000:,.0f} ms with GC on)",
+                ">= 1x (no slower)",
+                floor_ratio >= 1.0,
+            )
+        )
+        targets.append(
+            target(
+                f"parse_tokens vs idiomatic Python, {n:,} bodies",
+                f"{idiomatic_ratio:.1f}x as fast",
+                ">= 20x",
+                idiomatic_ratio >= 20.0,
+            )
+        )
+        targets.append(
+            target(
+                f"parse_tokens vs tuned Python, {n:,} bodies (no target)",
+                f"{seconds[TUNED] / ours:.1f}x as fast",
+                "-",
+                None,
+            )
+        )
     body = (
         f"Best of {max(runs, 10)} runs for defilens and orjson, {runs} for the Python implementations (2 at 20,000 "
         "bodies). Bodies: the Sandbox's "
         "listings (~6 KB each), as bytes. All read every body; the three frame builders produce "
         "identical `snapshot`, `indicators`, `signals`, `patterns`, `ta_updated` and `info` frames "
-        "(checked with `assert_frame_equal` before timing). \"time vs defilens\" > 1 means defilens is faster.\n\n"
+        '(checked with `assert_frame_equal` before timing). "time vs defilens" > 1 means defilens is faster.\n\n'
         + table(["bodies", "MB", "implementation", "best (ms)", "MB/s", "time vs defilens"], rows, "rrlrrr")
     )
     return {"title": "Parsing", "body": body, "targets": targets, "results": {str(k): v for k, v in results.items()}}

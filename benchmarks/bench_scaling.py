@@ -70,30 +70,48 @@ def fetch_scaling(sizes: List[int]) -> List[Tuple[str, int, int, float, float]]:
 
 
 def report(parse: List[Tuple[int, float, float]], fetch: List[Tuple[str, int, int, float, float]]) -> Dict[str, object]:
-    parse_rows = [[f"{n:,}", f"{mb:,.0f}", f"{s * 1000:,.0f}", f"{mb / s:,.0f}", f"{s / n * 1e6:.1f}"]
-                  for n, mb, s in parse]
+    parse_rows = [
+        [f"{n:,}", f"{mb:,.0f}", f"{s * 1000:,.0f}", f"{mb / s:,.0f}", f"{s / n * 1e6:.1f}"] for n, mb, s in parse
+    ]
     fetch_rows = []
     for latency, concurrency, ids, wall, cpu in fetch:
         requests = 2 * ids
         ideal = requests * (0.02 if latency == "20 ms" else 0.0) / concurrency
-        fetch_rows.append([latency, str(concurrency), f"{ids:,}", f"{wall:,.2f}",
-                           f"{ideal:,.1f}" if ideal else "-", f"{requests / wall:,.0f}", f"{cpu / requests * 1000 * 1000:,.0f}"])
+        fetch_rows.append(
+            [
+                latency,
+                str(concurrency),
+                f"{ids:,}",
+                f"{wall:,.2f}",
+                f"{ideal:,.1f}" if ideal else "-",
+                f"{requests / wall:,.0f}",
+                f"{cpu / requests * 1000 * 1000:,.0f}",
+            ]
+        )
     targets = []
     at_20k = [(mb, s) for n, mb, s in parse if n == 20_000]
     if at_20k:
         mb, s = at_20k[0]
-        targets.append(target("parse_tokens throughput, 20,000 bodies, every frame", f"{mb / s:,.0f} MB/s ({s * 1000:,.0f} ms)",
-                              f">= {PARSE_TARGET_MB_S:,.0f} MB/s", mb / s >= PARSE_TARGET_MB_S))
+        targets.append(
+            target(
+                "parse_tokens throughput, 20,000 bodies, every frame",
+                f"{mb / s:,.0f} MB/s ({s * 1000:,.0f} ms)",
+                f">= {PARSE_TARGET_MB_S:,.0f} MB/s",
+                mb / s >= PARSE_TARGET_MB_S,
+            )
+        )
     body = (
         "Parse (`defilens.parse_tokens`, every frame built, bodies as bytes):\n\n"
         + table(["bodies", "MB", "best (ms)", "MB/s", "µs per body"], parse_rows, "rrrrr")
         + "\n\nFetch (`Client.fetch`, listing and markets: two requests an id; the Sandbox in its own process; "
         "ideal = requests x latency / concurrency; CPU is the client's only):\n\n"
-        + table(["latency", "concurrency", "ids", "wall (s)", "ideal (s)", "requests/s", "client CPU µs per request"],
-                fetch_rows, "rrrrrrr")
+        + table(
+            ["latency", "concurrency", "ids", "wall (s)", "ideal (s)", "requests/s", "client CPU µs per request"],
+            fetch_rows,
+            "rrrrrrr",
+        )
     )
-    return {"title": "Scaling", "body": body, "targets": targets,
-            "results": {"parse": parse, "fetch": fetch}}
+    return {"title": "Scaling", "body": body, "targets": targets, "results": {"parse": parse, "fetch": fetch}}
 
 
 def main() -> None:

@@ -42,7 +42,9 @@ def run(script: str, limit: int, quick: bool, folder: Path) -> Dict[str, object]
         failure = None if done.returncode == 0 else f"exit status {done.returncode}:\n\n```\n{done.stderr[-3000:]}\n```"
     except subprocess.TimeoutExpired:  # subprocess.run kills the child; its Sandbox dies with its finally
         failure = f"timed out after {limit} s"
-    print(f"  {script}: {time.perf_counter() - started:.0f} s{' FAILED' if failure else ''}", file=sys.stderr, flush=True)
+    print(
+        f"  {script}: {time.perf_counter() - started:.0f} s{' FAILED' if failure else ''}", file=sys.stderr, flush=True
+    )
     if failure:
         return {"title": script, "body": f"Failed: {failure}", "targets": [], "failed": True}
     return json.loads(out.read_text())

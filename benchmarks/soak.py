@@ -16,7 +16,9 @@ import polars as pl
 import defilens
 from defilens.testing import Sandbox
 
-FAULTS = dict(error_rate=0.10, rate_limit_rate=0.05, retry_after=1, drop_rate=0.02, truncate_rate=0.01, invalid_json_rate=0.005)
+FAULTS = dict(
+    error_rate=0.10, rate_limit_rate=0.05, retry_after=1, drop_rate=0.02, truncate_rate=0.01, invalid_json_rate=0.005
+)
 
 
 def main() -> None:
@@ -40,7 +42,9 @@ def main() -> None:
     kinds = frames.errors.group_by("kind").agg(pl.len()).sort("kind")
     retried = log.filter(pl.col("attempts") > 1).height
     real = [i for i in ids if not i.startswith("unknown")]
-    print("| ids | requests served | wall (s) | listing ok | lost | duplicated | retried exchanges | failures by kind |")
+    print(
+        "| ids | requests served | wall (s) | listing ok | lost | duplicated | retried exchanges | failures by kind |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     print(
         f"| {len(ids):,} | {served:,} | {wall:.1f} | {len(ok & set(real)):,}/{len(real):,} ({len(ok & set(real)) / len(real):.2%}) "

@@ -13,7 +13,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
 
-SETUP = '''import os
+SETUP = """import os
 import polars as pl
 import defilens
 
@@ -25,58 +25,110 @@ else:
     # every run; without `now=` the Sandbox's market moves with the wall clock.
     sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-20T12:00:00Z")
     client = defilens.Client(base_url=sandbox.url)
-client'''
+client"""
 
 NOTEBOOKS = {
     "01_quickstart.ipynb": [
-        new_markdown_cell("# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
+        new_markdown_cell(
+            '# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+        ),
         new_code_cell(SETUP),
         new_code_cell('frames = client.token("bitcoin")\nframes'),
-        new_markdown_cell("## `snapshot`: one row per token\n\nMarket, supply, valuation, change and derivatives figures, typed: `current_price` arrives as text and becomes Float64, timestamps become UTC datetimes, an empty `ohlc_updated_time` becomes null."),
-        new_code_cell('frames.snapshot.select("token", "fetched_at", "symbol", "current_price", "market_cap", "market_cap_rank", "price_change_percentage_24h", "funding_rate", "last_updated")'),
-        new_code_cell('# every column and its dtype\npl.DataFrame({"column": frames.snapshot.columns, "dtype": [str(d) for d in frames.snapshot.dtypes]})'),
-        new_markdown_cell("## `indicators`: numeric indicators in long form\n\nOne row per (token, interval, indicator). `interval` is an Enum ordered by duration, so sorting and joining just work."),
+        new_markdown_cell(
+            "## `snapshot`: one row per token\n\nMarket, supply, valuation, change and derivatives figures, typed: `current_price` arrives as text and becomes Float64, timestamps become UTC datetimes, an empty `ohlc_updated_time` becomes null."
+        ),
+        new_code_cell(
+            'frames.snapshot.select("token", "fetched_at", "symbol", "current_price", "market_cap", "market_cap_rank", "price_change_percentage_24h", "funding_rate", "last_updated")'
+        ),
+        new_code_cell(
+            '# every column and its dtype\npl.DataFrame({"column": frames.snapshot.columns, "dtype": [str(d) for d in frames.snapshot.dtypes]})'
+        ),
+        new_markdown_cell(
+            "## `indicators`: numeric indicators in long form\n\nOne row per (token, interval, indicator). `interval` is an Enum ordered by duration, so sorting and joining just work."
+        ),
         new_code_cell('frames.indicators.pivot(on="interval", index="indicator", values="value")'),
-        new_markdown_cell("## `signals`, `patterns`, `ta_updated`\n\n`signals` holds textual indicators such as the MACD state; `patterns` has one row per detected pattern (the service's `tripple` is spelled `triple`); `ta_updated` says when each interval was last computed."),
-        new_code_cell('frames.signals'),
+        new_markdown_cell(
+            "## `signals`, `patterns`, `ta_updated`\n\n`signals` holds textual indicators such as the MACD state; `patterns` has one row per detected pattern (the service's `tripple` is spelled `triple`); `ta_updated` says when each interval was last computed."
+        ),
+        new_code_cell("frames.signals"),
         new_code_cell('frames.patterns.sort("interval", "family")'),
-        new_code_cell('frames.ta_updated'),
+        new_code_cell("frames.ta_updated"),
         new_markdown_cell("## `info` and `markets`"),
         new_code_cell('frames.info.select("token", "description", "websites", "twitter", "categories")'),
-        new_code_cell('frames.markets.sort("volume_usd", descending=True).head(5).select("exchange_name", "market_pair", "base", "quote", "price", "volume_usd", "liquidity_score")'),
-        new_markdown_cell("## `log` and `errors`\n\nEvery HTTP exchange is logged: attempts, status, elapsed time, the markets `total`. `fetch` never raises for one token; failures land in `errors` with a `kind`."),
-        new_code_cell('batch = client.fetch(["bitcoin", "ethereum", "unknown-coin"])\nbatch.log.select("token", "endpoint", "ok", "status", "kind", "attempts", "elapsed_ms")'),
+        new_code_cell(
+            'frames.markets.sort("volume_usd", descending=True).head(5).select("exchange_name", "market_pair", "base", "quote", "price", "volume_usd", "liquidity_score")'
+        ),
+        new_markdown_cell(
+            "## `log` and `errors`\n\nEvery HTTP exchange is logged: attempts, status, elapsed time, the markets `total`. `fetch` never raises for one token; failures land in `errors` with a `kind`."
+        ),
+        new_code_cell(
+            'batch = client.fetch(["bitcoin", "ethereum", "unknown-coin"])\nbatch.log.select("token", "endpoint", "ok", "status", "kind", "attempts", "elapsed_ms")'
+        ),
         new_code_cell('batch.errors.select("token", "endpoint", "kind", "message")'),
         new_code_cell('# anything the frames leave out is in the raw JSON\nsorted(batch.raw[0]["data"])[:10]'),
     ],
     "02_screen.ipynb": [
-        new_markdown_cell("# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
+        new_markdown_cell(
+            '# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+        ),
         new_code_cell(SETUP),
-        new_code_cell('tokens = ["bitcoin", "ethereum", "solana", "cardano", "ripple", "polkadot", "dogecoin", "avalanche", "chainlink", "litecoin",\n          "uniswap", "stellar", "cosmos", "near", "aptos", "arbitrum", "optimism", "filecoin", "algorand", "tezos",\n          "aave", "maker", "the-graph", "render", "injective", "sui", "sei", "pepe", "bonk", "kaspa"]\nframes = client.fetch(tokens, markets=False)\nprint(f"{frames.snapshot.height} tokens, {frames.errors.height} failures")'),
-        new_code_cell('rsi = (\n    frames.indicators.filter(pl.col("indicator") == "rsi14")\n    .pivot(on="interval", index="token", values="value")\n    .sort("token")\n)\nrsi.head()'),
-        new_code_cell('import matplotlib.pyplot as plt\n\nintervals = [c for c in rsi.columns if c != "token"]\nfig, ax = plt.subplots(figsize=(6, 9))\nimage = ax.imshow(rsi.select(intervals).to_numpy(), cmap="RdYlGn_r", vmin=0, vmax=100, aspect="auto")\nax.set_xticks(range(len(intervals)), intervals)\nax.set_yticks(range(rsi.height), rsi["token"].to_list())\nax.set_title("RSI(14) by token and interval")\nfig.colorbar(image, label="RSI(14)")\nplt.show()'),
-        new_markdown_cell("RSI above 70 is conventionally *overbought*, below 30 *oversold*. Count how many intervals agree:"),
-        new_code_cell('extremes = (\n    frames.indicators.filter(pl.col("indicator") == "rsi14")\n    .group_by("token")\n    .agg(\n        (pl.col("value") < 30).sum().alias("oversold_intervals"),\n        (pl.col("value") > 70).sum().alias("overbought_intervals"),\n    )\n    .filter((pl.col("oversold_intervals") >= 2) | (pl.col("overbought_intervals") >= 2))\n    .sort("oversold_intervals", descending=True)\n)\nextremes'),
-        new_markdown_cell("## Bollinger position\n\n0 means price at the lower band, 1 at the upper band; outside [0, 1] means price broke out of the bands."),
-        new_code_cell('bands = (\n    frames.indicators.filter(pl.col("indicator").is_in(["upper_bband", "lower_bband"]) & (pl.col("interval") == "24h"))\n    .pivot(on="indicator", index="token", values="value")\n    .join(frames.snapshot.select("token", "current_price"), on="token")\n    .with_columns(((pl.col("current_price") - pl.col("lower_bband")) / (pl.col("upper_bband") - pl.col("lower_bband"))).alias("band_position"))\n    .sort("band_position")\n)\n\nfig, ax = plt.subplots(figsize=(9, 3))\nax.bar(bands["token"].to_list(), bands["band_position"].to_list(), color="steelblue")\nax.axhline(0, color="grey", lw=0.8)\nax.axhline(1, color="grey", lw=0.8)\nax.set_ylabel("position in 24h bands")\nax.tick_params(axis="x", rotation=90)\nplt.show()'),
+        new_code_cell(
+            'tokens = ["bitcoin", "ethereum", "solana", "cardano", "ripple", "polkadot", "dogecoin", "avalanche", "chainlink", "litecoin",\n          "uniswap", "stellar", "cosmos", "near", "aptos", "arbitrum", "optimism", "filecoin", "algorand", "tezos",\n          "aave", "maker", "the-graph", "render", "injective", "sui", "sei", "pepe", "bonk", "kaspa"]\nframes = client.fetch(tokens, markets=False)\nprint(f"{frames.snapshot.height} tokens, {frames.errors.height} failures")'
+        ),
+        new_code_cell(
+            'rsi = (\n    frames.indicators.filter(pl.col("indicator") == "rsi14")\n    .pivot(on="interval", index="token", values="value")\n    .sort("token")\n)\nrsi.head()'
+        ),
+        new_code_cell(
+            'import matplotlib.pyplot as plt\n\nintervals = [c for c in rsi.columns if c != "token"]\nfig, ax = plt.subplots(figsize=(6, 9))\nimage = ax.imshow(rsi.select(intervals).to_numpy(), cmap="RdYlGn_r", vmin=0, vmax=100, aspect="auto")\nax.set_xticks(range(len(intervals)), intervals)\nax.set_yticks(range(rsi.height), rsi["token"].to_list())\nax.set_title("RSI(14) by token and interval")\nfig.colorbar(image, label="RSI(14)")\nplt.show()'
+        ),
+        new_markdown_cell(
+            "RSI above 70 is conventionally *overbought*, below 30 *oversold*. Count how many intervals agree:"
+        ),
+        new_code_cell(
+            'extremes = (\n    frames.indicators.filter(pl.col("indicator") == "rsi14")\n    .group_by("token")\n    .agg(\n        (pl.col("value") < 30).sum().alias("oversold_intervals"),\n        (pl.col("value") > 70).sum().alias("overbought_intervals"),\n    )\n    .filter((pl.col("oversold_intervals") >= 2) | (pl.col("overbought_intervals") >= 2))\n    .sort("oversold_intervals", descending=True)\n)\nextremes'
+        ),
+        new_markdown_cell(
+            "## Bollinger position\n\n0 means price at the lower band, 1 at the upper band; outside [0, 1] means price broke out of the bands."
+        ),
+        new_code_cell(
+            'bands = (\n    frames.indicators.filter(pl.col("indicator").is_in(["upper_bband", "lower_bband"]) & (pl.col("interval") == "24h"))\n    .pivot(on="indicator", index="token", values="value")\n    .join(frames.snapshot.select("token", "current_price"), on="token")\n    .with_columns(((pl.col("current_price") - pl.col("lower_bband")) / (pl.col("upper_bband") - pl.col("lower_bband"))).alias("band_position"))\n    .sort("band_position")\n)\n\nfig, ax = plt.subplots(figsize=(9, 3))\nax.bar(bands["token"].to_list(), bands["band_position"].to_list(), color="steelblue")\nax.axhline(0, color="grey", lw=0.8)\nax.axhline(1, color="grey", lw=0.8)\nax.set_ylabel("position in 24h bands")\nax.tick_params(axis="x", rotation=90)\nplt.show()'
+        ),
         new_markdown_cell("## Patterns firing now"),
-        new_code_cell('frames.patterns.group_by("family", "pattern").agg(pl.len().alias("tokens")).sort("tokens", descending=True).head(10)'),
-        new_code_cell('# MACD crosses on the daily chart, joined with the RSI view\nframes.signals.filter((pl.col("indicator") == "macd") & (pl.col("interval") == "24h")).join(rsi.select("token", "24h"), on="token").sort("24h")'),
+        new_code_cell(
+            'frames.patterns.group_by("family", "pattern").agg(pl.len().alias("tokens")).sort("tokens", descending=True).head(10)'
+        ),
+        new_code_cell(
+            '# MACD crosses on the daily chart, joined with the RSI view\nframes.signals.filter((pl.col("indicator") == "macd") & (pl.col("interval") == "24h")).join(rsi.select("token", "24h"), on="token").sort("24h")'
+        ),
     ],
     "03_markets_liquidity.ipynb": [
-        new_markdown_cell("# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots)."),
+        new_markdown_cell(
+            '# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+        ),
         new_code_cell(SETUP),
-        new_code_cell('frames = client.fetch(["bitcoin", "ethereum", "solana", "chainlink"], markets=True)\nmarkets = frames.markets\nmarkets.select("token", "exchange_name", "market_pair", "quote", "volume_usd", "volume_percent", "liquidity_score").head()'),
-        new_code_cell('# Is the market list complete? The service reports a `total` that can exceed the list it sends.\nframes.log.filter(pl.col("endpoint") == "markets").select("token", "total", "message")'),
-        new_code_cell('share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", descending=True)\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume (listed pairs)")\nplt.setp(ax.get_xticklabels(), rotation=40, ha="right")\nfig.tight_layout()\nplt.show()'),
-        new_markdown_cell("## Depth asymmetry\n\n`depth_usd_positive_two` is the capital needed to push the price up 2%, `depth_usd_negative_two` down 2%. A ratio above 1 means it is harder to push the price up than down (more resting asks than bids)."),
-        new_code_cell('depth = (\n    markets.with_columns((pl.col("depth_usd_positive_two") / pl.col("depth_usd_negative_two")).alias("up_down_depth_ratio"))\n    .group_by("token", "quote")\n    .agg(\n        pl.col("volume_usd").sum(),\n        pl.col("liquidity_score").mean().round(0).alias("mean_liquidity_score"),\n        pl.col("up_down_depth_ratio").median().round(2),\n    )\n    .sort("token", "volume_usd", descending=[False, True])\n)\ndepth'),
-        new_code_cell('fig, ax = plt.subplots(figsize=(6, 4))\nfor token, group in markets.group_by("token"):\n    ax.scatter(group["liquidity_score"].to_list(), group["volume_usd"].to_list(), label=token[0], alpha=0.7)\nax.set_yscale("log")\nax.set_xlabel("liquidity score (0-1000)")\nax.set_ylabel("volume (USD)")\nax.legend()\nplt.show()'),
+        new_code_cell(
+            'frames = client.fetch(["bitcoin", "ethereum", "solana", "chainlink"], markets=True)\nmarkets = frames.markets\nmarkets.select("token", "exchange_name", "market_pair", "quote", "volume_usd", "volume_percent", "liquidity_score").head()'
+        ),
+        new_code_cell(
+            '# Is the market list complete? The service reports a `total` that can exceed the list it sends.\nframes.log.filter(pl.col("endpoint") == "markets").select("token", "total", "message")'
+        ),
+        new_code_cell(
+            'share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", descending=True)\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume (listed pairs)")\nplt.setp(ax.get_xticklabels(), rotation=40, ha="right")\nfig.tight_layout()\nplt.show()'
+        ),
+        new_markdown_cell(
+            "## Depth asymmetry\n\n`depth_usd_positive_two` is the capital needed to push the price up 2%, `depth_usd_negative_two` down 2%. A ratio above 1 means it is harder to push the price up than down (more resting asks than bids)."
+        ),
+        new_code_cell(
+            'depth = (\n    markets.with_columns((pl.col("depth_usd_positive_two") / pl.col("depth_usd_negative_two")).alias("up_down_depth_ratio"))\n    .group_by("token", "quote")\n    .agg(\n        pl.col("volume_usd").sum(),\n        pl.col("liquidity_score").mean().round(0).alias("mean_liquidity_score"),\n        pl.col("up_down_depth_ratio").median().round(2),\n    )\n    .sort("token", "volume_usd", descending=[False, True])\n)\ndepth'
+        ),
+        new_code_cell(
+            'fig, ax = plt.subplots(figsize=(6, 4))\nfor token, group in markets.group_by("token"):\n    ax.scatter(group["liquidity_score"].to_list(), group["volume_usd"].to_list(), label=token[0], alpha=0.7)\nax.set_yscale("log")\nax.set_xlabel("liquidity score (0-1000)")\nax.set_ylabel("volume (USD)")\nax.legend()\nplt.show()'
+        ),
     ],
 }
 
 
-HISTORY_SETUP = '''import datetime as dt
+HISTORY_SETUP = """import datetime as dt
 import polars as pl
 import matplotlib.pyplot as plt
 import defilens
@@ -84,9 +136,9 @@ import defilens
 # The Sandbox's clock is simulated: it stands at `now` until `advance` moves it.
 sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-01T00:00:00Z")
 client = defilens.Client(base_url=sandbox.url)
-sandbox.now'''
+sandbox.now"""
 
-HISTORY_COLLECT = '''tokens = ["bitcoin", "solana", "dogecoin"]
+HISTORY_COLLECT = """tokens = ["bitcoin", "solana", "dogecoin"]
 rounds = []
 for _ in range(14 * 24):                      # two weeks of hourly rounds, in a few seconds
     frames = client.fetch(tokens, markets=False, progress=False)
@@ -99,9 +151,9 @@ for _ in range(14 * 24):                      # two weeks of hourly rounds, in a
     sandbox.advance("1h")
 history = pl.concat(rounds).sort("token", "market_time")
 print(f"{history.height} rows: {history['market_time'].min()} to {history['market_time'].max()}")
-history.head()'''
+history.head()"""
 
-HISTORY_PLOT = '''import matplotlib.dates as mdates
+HISTORY_PLOT = """import matplotlib.dates as mdates
 
 fig, axes = plt.subplots(2, len(tokens), figsize=(13, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
 for column, token in enumerate(tokens):
@@ -125,23 +177,31 @@ handles, labels = axes[0, 0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
 fig.suptitle("Two weeks of simulated market, one round per hour")
 fig.tight_layout(rect=(0, 0.05, 1, 1))
-plt.show()'''
+plt.show()"""
 
-HISTORY_CHECK = '''candles = sandbox.candles("bitcoin", "1h")
+HISTORY_CHECK = """candles = sandbox.candles("bitcoin", "1h")
 ours = candles.select("open_time", "close", pl.col("close").rolling_mean(20).alias("sma20"))
 listing = client.fetch(["bitcoin"], markets=False, progress=False).indicators
 served = listing.filter(pl.col("interval") == "1h", pl.col("indicator") == "sma20")["value"].item()
 print(f"SMA(20) of the last 20 hourly closes: {ours['sma20'][-1]:.4f}; the listing says {served:.4f}")
-candles.tail(3)'''
+candles.tail(3)"""
 
 NOTEBOOKS["04_history.ipynb"] = [
-    new_markdown_cell("# History over simulated time\n\nThe service answers only \"now\"; history comes from polling it. The Sandbox's clock can be simulated, so two weeks of hourly rounds take a few seconds here: each token follows a seeded price path, and every indicator is computed from its candles by the standard definitions.\n\nSet up once: `pip install \"defilens[notebook]\"` (tqdm, ipywidgets and matplotlib). Against the real service, `defilens collect TOKEN... --every 1h --out DIR` builds the same history on disk, and `defilens.scan(DIR, \"indicators\")` reads it back."),
+    new_markdown_cell(
+        '# History over simulated time\n\nThe service answers only "now"; history comes from polling it. The Sandbox\'s clock can be simulated, so two weeks of hourly rounds take a few seconds here: each token follows a seeded price path, and every indicator is computed from its candles by the standard definitions.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib). Against the real service, `defilens collect TOKEN... --every 1h --out DIR` builds the same history on disk, and `defilens.scan(DIR, "indicators")` reads it back.'
+    ),
     new_code_cell(HISTORY_SETUP),
-    new_markdown_cell("## Collect: fetch, then move the clock an hour\n\n`last_updated` is the close of the last 5-minute candle: the market's time, not the wall clock's."),
+    new_markdown_cell(
+        "## Collect: fetch, then move the clock an hour\n\n`last_updated` is the close of the last 5-minute candle: the market's time, not the wall clock's."
+    ),
     new_code_cell(HISTORY_COLLECT),
-    new_markdown_cell("## Price inside its Bollinger bands, and RSI\n\nThe bands are 20 hourly closes at 2 standard deviations; the middle band is the SMA(20). RSI above 70 is conventionally overbought, below 30 oversold."),
+    new_markdown_cell(
+        "## Price inside its Bollinger bands, and RSI\n\nThe bands are 20 hourly closes at 2 standard deviations; the middle band is the SMA(20). RSI above 70 is conventionally overbought, below 30 oversold."
+    ),
     new_code_cell(HISTORY_PLOT),
-    new_markdown_cell("## Check an indicator yourself\n\n`sandbox.candles(token, interval)` returns the candles behind the listing's indicators, so any of them can be recomputed."),
+    new_markdown_cell(
+        "## Check an indicator yourself\n\n`sandbox.candles(token, interval)` returns the candles behind the listing's indicators, so any of them can be recomputed."
+    ),
     new_code_cell(HISTORY_CHECK),
     new_code_cell("sandbox.stop()"),
 ]
@@ -155,7 +215,9 @@ def main() -> None:
         notebook.metadata["language_info"] = {"name": "python"}
         # Run in a clean kernel without a key, so the outputs come from the Sandbox; small
         # figures keep the committed PNGs small.
-        NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+        NotebookClient(
+            notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}
+        ).execute()
         for cell in notebook.cells:
             cell.metadata.pop("execution", None)
         nbformat.write(notebook, HERE / name)

@@ -138,5 +138,5 @@ def listing_reply(token: str = "bitcoin") -> Reply:
 def split_path(path: str) -> Tuple[str, str]:
     """('listing' | 'markets', raw last segment)."""
     if path.startswith("/listings/market/"):
-        return "markets", path[len("/listings/market/"):]
-    return "listing", path[len("/listings/"):]
+        return "markets", path[len("/listings/market/") :]
+    return "listing", path[len("/listings/") :]

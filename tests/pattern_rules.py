@@ -277,7 +277,15 @@ def detect(cs: Sequence[Candle]) -> Dict[str, List[str]]:
     last = len(cs) - 1
     out: Dict[str, List[str]] = {
         key: []
-        for key in ("chart", "triangle", "head_shoulder", "multiple_top_bottom", "double_top_bottom", "wedge", "channel")
+        for key in (
+            "chart",
+            "triangle",
+            "head_shoulder",
+            "multiple_top_bottom",
+            "double_top_bottom",
+            "wedge",
+            "channel",
+        )
     }
     out["single"], out["double"], out["triple"] = single(cs, last), double(cs, last), triple(cs, last)
     summary: List[str] = []

@@ -290,7 +290,13 @@ def test_plain_http_to_remote_host_warns() -> None:
 
 
 def test_bad_settings_are_value_errors() -> None:
-    for kwargs in [dict(timeout=0), dict(concurrency=0), dict(max_retries=-1), dict(rate_limit=0), dict(base_url="ftp://x")]:
+    for kwargs in [
+        dict(timeout=0),
+        dict(concurrency=0),
+        dict(max_retries=-1),
+        dict(rate_limit=0),
+        dict(base_url="ftp://x"),
+    ]:
         with pytest.raises(ValueError):
             defilens.Client(**{"base_url": "http://127.0.0.1:9", "api_key": "k", **kwargs})  # type: ignore[arg-type]
 

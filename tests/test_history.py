@@ -192,7 +192,9 @@ def test_replay_serves_the_recorded_bodies_by_time(history: Path) -> None:
         # The ids recorded are served as recorded; an id that was never recorded is not found.
         assert sorted(frames.snapshot["token"]) == ["bitcoin", "ethereum"]
         assert frames.errors.filter(pl.col("token") == "solana")["kind"].unique().to_list() == ["not_found"]
-        recorded = written["snapshot"].filter(pl.col("fetched_at") <= start, pl.col("token") != "dogecoin").sort("token")
+        recorded = (
+            written["snapshot"].filter(pl.col("fetched_at") <= start, pl.col("token") != "dogecoin").sort("token")
+        )
         assert frames.snapshot.sort("token")["current_price"].to_list() == recorded["current_price"].to_list()
         replay.advance(second - start)
         later = client.fetch(["bitcoin"], markets=False, progress=False).snapshot["current_price"].item()
@@ -213,7 +215,13 @@ def test_replay_of_written_frames_and_the_fixture(tmp_path: Path, defilens_repla
     replay = defilens_replay(tmp_path / "frames")
     again = defilens.Client(base_url=replay.url).fetch(["bitcoin", "solana"], progress=False)
     for name in ("indicators", "patterns", "markets", "info"):
-        assert_frame_equal(getattr(again, name).drop("fetched_at", strict=False), getattr(recorded, name).drop("fetched_at", strict=False)), name
+        (
+            assert_frame_equal(
+                getattr(again, name).drop("fetched_at", strict=False),
+                getattr(recorded, name).drop("fetched_at", strict=False),
+            ),
+            name,
+        )
     with pytest.raises(FileNotFoundError, match="no recorded responses"):
         Sandbox.replay(tmp_path / "nothing-here")
 

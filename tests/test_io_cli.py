@@ -55,8 +55,9 @@ def test_write_rejects_unknown_format(fetched: defilens.Frames, tmp_path: Path) 
     assert not any(tmp_path.glob("*.tmp")) and not any(tmp_path.glob(".*.tmp"))
 
 
-def test_an_interrupted_write_leaves_no_temporary_file(fetched: defilens.Frames, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_write_leaves_no_temporary_file(
+    fetched: defilens.Frames, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # One Ctrl-C during polars' write_parquet raises KeyboardInterrupt twice: once from the write
     # and once more in whatever runs next, here the cleanup of the temporary file.
     def interrupted_write(frame: pl.DataFrame, file: Path, **_: object) -> None:
@@ -143,10 +144,19 @@ def test_cli_never_echoes_the_key(tmp_path: Path) -> None:
     secret = "sk-live-do-not-print-4242"
     with Sandbox(api_key=secret) as sb:
         env = {**os.environ, "DEFILENS_API_KEY": secret}
-        ok = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--out", str(tmp_path / "ok")],
-                            capture_output=True, text=True, env=env, timeout=120)
-        bad = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", secret + "x"],
-                             capture_output=True, text=True, timeout=120)
+        ok = subprocess.run(
+            CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--out", str(tmp_path / "ok")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        bad = subprocess.run(
+            CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", secret + "x"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert ok.returncode == 0, ok.stderr
     assert bad.returncode == 1
     assert "Traceback" not in bad.stderr
@@ -165,12 +175,20 @@ def test_cli_help_everywhere() -> None:
 
 def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
     out = tmp_path / "hist"
-    done = subprocess.run(CLI + ["collect", "bitcoin", "ethereum", "--sandbox", "--every", "1s", "--count", "3", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        CLI + ["collect", "bitcoin", "ethereum", "--sandbox", "--every", "1s", "--count", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert defilens.scan(out, "snapshot").collect().height == 6
-    proc = subprocess.Popen(CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.2s", "--out", str(tmp_path / "live")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.2s", "--out", str(tmp_path / "live")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=10)

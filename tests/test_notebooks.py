@@ -15,7 +15,9 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEFILENS_API_KEY", raising=False)
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     if "screen" in path.name or "markets" in path.name:

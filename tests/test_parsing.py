@@ -48,12 +48,24 @@ def test_snapshot_schema_and_values(frames: defilens.Frames) -> None:
     schema = snap.schema
     assert list(schema)[:3] == ["token", "fetched_at", "id"]
     expected = {
-        "token": pl.String, "fetched_at": UTC_MS, "id": pl.String, "name": pl.String,
-        "categories": pl.List(pl.String), "tags": pl.List(pl.String), "exchanges": pl.List(pl.String),
-        "is_active": pl.Boolean, "infinite_supply": pl.Boolean, "last_updated": UTC_MS,
-        "updated_at": UTC_MS, "ohlc_updated_time": UTC_MS, "current_price": pl.Float64,
-        "market_cap_rank": pl.Int64, "github_commit": pl.Int64, "max_supply": pl.Float64,
-        "number_of_holders": pl.Float64, "tvl": pl.Float64,
+        "token": pl.String,
+        "fetched_at": UTC_MS,
+        "id": pl.String,
+        "name": pl.String,
+        "categories": pl.List(pl.String),
+        "tags": pl.List(pl.String),
+        "exchanges": pl.List(pl.String),
+        "is_active": pl.Boolean,
+        "infinite_supply": pl.Boolean,
+        "last_updated": UTC_MS,
+        "updated_at": UTC_MS,
+        "ohlc_updated_time": UTC_MS,
+        "current_price": pl.Float64,
+        "market_cap_rank": pl.Int64,
+        "github_commit": pl.Int64,
+        "max_supply": pl.Float64,
+        "number_of_holders": pl.Float64,
+        "tvl": pl.Float64,
     }
     for column, dtype in expected.items():
         assert schema[column] == dtype, column
@@ -83,7 +95,9 @@ def test_snapshot_schema_and_values(frames: defilens.Frames) -> None:
 
 def test_indicators_long_form(frames: defilens.Frames) -> None:
     ind = frames.indicators
-    assert ind.schema == pl.Schema({"token": pl.String, "interval": INTERVAL, "indicator": pl.String, "value": pl.Float64})
+    assert ind.schema == pl.Schema(
+        {"token": pl.String, "interval": INTERVAL, "indicator": pl.String, "value": pl.Float64}
+    )
     assert ind.height == len(NUMERIC_FAMILIES) * len(TA_INTERVALS)
     body = listing()["data"]
     for token, interval, indicator, value in ind.iter_rows():
@@ -96,14 +110,24 @@ def test_indicators_long_form(frames: defilens.Frames) -> None:
 
 def test_signals_hold_macd_text(frames: defilens.Frames) -> None:
     sig = frames.signals
-    assert sig.schema == pl.Schema({"token": pl.String, "interval": INTERVAL, "indicator": pl.String, "value": pl.String})
-    assert sig.sort("interval")["value"].to_list() == ["Cross Above", "Cross Below", "Cross Above", "Cross Below", "Cross Above"]
+    assert sig.schema == pl.Schema(
+        {"token": pl.String, "interval": INTERVAL, "indicator": pl.String, "value": pl.String}
+    )
+    assert sig.sort("interval")["value"].to_list() == [
+        "Cross Above",
+        "Cross Below",
+        "Cross Above",
+        "Cross Below",
+        "Cross Above",
+    ]
     assert sig.sort("interval")["interval"].cast(pl.String).to_list() == TA_INTERVALS
 
 
 def test_patterns_one_row_per_name(frames: defilens.Frames) -> None:
     pat = frames.patterns
-    assert pat.schema == pl.Schema({"token": pl.String, "interval": INTERVAL, "family": pl.String, "pattern": pl.String})
+    assert pat.schema == pl.Schema(
+        {"token": pl.String, "interval": INTERVAL, "family": pl.String, "pattern": pl.String}
+    )
     rows = {(i, f, p) for _, i, f, p in pat.iter_rows()}
     assert rows == {
         ("1h", "single", "bullish_hammer"),
@@ -129,8 +153,17 @@ def test_ta_updated(frames: defilens.Frames) -> None:
 def test_info(frames: defilens.Frames) -> None:
     info = frames.info
     assert info.columns == [
-        "token", "description", "websites", "explorers", "twitter", "reddit", "facebook",
-        "github", "telegram", "chains", "categories",
+        "token",
+        "description",
+        "websites",
+        "explorers",
+        "twitter",
+        "reddit",
+        "facebook",
+        "github",
+        "telegram",
+        "chains",
+        "categories",
     ]
     assert info.schema["websites"] == pl.List(pl.String)
     assert info.schema["chains"] == pl.List(pl.String)
@@ -144,9 +177,22 @@ def test_info(frames: defilens.Frames) -> None:
 def test_markets_frame() -> None:
     frame = defilens.parse_markets(json.dumps(markets()), "bitcoin", fetched_at=utc(2024, 1, 1))
     assert frame.columns == [
-        "token", "id", "exchange_name", "exchange_image", "market_pair", "base", "quote", "market_url",
-        "price", "volume_usd", "liquidity_score", "depth_usd_positive_two", "depth_usd_negative_two",
-        "volume_percent", "market_reputation", "fetched_at",
+        "token",
+        "id",
+        "exchange_name",
+        "exchange_image",
+        "market_pair",
+        "base",
+        "quote",
+        "market_url",
+        "price",
+        "volume_usd",
+        "liquidity_score",
+        "depth_usd_positive_two",
+        "depth_usd_negative_two",
+        "volume_percent",
+        "market_reputation",
+        "fetched_at",
     ]
     assert frame.schema["liquidity_score"] == pl.Int64
     assert frame.schema["price"] == pl.Float64 and frame.schema["market_reputation"] == pl.Float64
@@ -164,7 +210,17 @@ def test_empty_frames_keep_schemas(frames: defilens.Frames) -> None:
         assert frame.height == 0
         assert frame.schema == getattr(frames, name).schema, name
     assert empty.log.columns == [
-        "token", "endpoint", "ok", "status", "kind", "message", "attempts", "elapsed_ms", "total", "fetched_at", "cached",
+        "token",
+        "endpoint",
+        "ok",
+        "status",
+        "kind",
+        "message",
+        "attempts",
+        "elapsed_ms",
+        "total",
+        "fetched_at",
+        "cached",
     ]
     assert empty.drift.columns == ["token", "endpoint", "field", "expected", "found", "fetched_at"]
     assert empty.log.schema["status"] == pl.Int64 and empty.log.schema["ok"] == pl.Boolean
@@ -195,7 +251,12 @@ def test_quirks_are_tolerated() -> None:
         )
     )
     snap = frames.snapshot.row(0, named=True)
-    assert (snap["current_price"], snap["market_cap"], snap["market_cap_rank"], snap["is_active"]) == (64000.0, 1000.5, 3, True)
+    assert (snap["current_price"], snap["market_cap"], snap["market_cap_rank"], snap["is_active"]) == (
+        64000.0,
+        1000.5,
+        3,
+        True,
+    )
     ind = {(i, n): v for _, i, n, v in frames.indicators.iter_rows()}
     assert ind[("1h", "macd")] == 0.75 and ind[("1h", "rsi14")] == 42.5 and ind[("1h", "ema50")] == 101.5
     assert ind[("5m", "rsi7")] is None
@@ -220,22 +281,45 @@ def test_absent_fields_give_no_rows() -> None:
         (b'{"data": {"id": "x", "current_price": "N/A"}}', "data.current_price", "a number", '"N/A"'),
         (b'{"data": {"id": "x", "market_cap_rank": 1.5}}', "data.market_cap_rank", "an integer", "1.5"),
         (b'{"data": {"id": "x", "github_commit": 12.5}}', "data.github_commit", "an integer", "12.5"),
-        (b'{"data": {"id": "x", "last_updated": "yesterday"}}', "data.last_updated", "a timestamp string", '"yesterday" (expected a 4-digit year)'),
+        (
+            b'{"data": {"id": "x", "last_updated": "yesterday"}}',
+            "data.last_updated",
+            "a timestamp string",
+            '"yesterday" (expected a 4-digit year)',
+        ),
         (b'{"data": {"id": "x", "rsi14_1h": {"v": 1}}}', "data.rsi14_1h", "a number", "an object"),
         (b'{"data": {"id": "x", "wedge_pattern_4h": 7}}', "data.wedge_pattern_4h", "an array of pattern names", "7"),
-        (b'{"data": {"id": "x", "wedge_pattern_4h": ["a", 3]}}', "data.wedge_pattern_4h", "an array of pattern names", "an array with a non-string element"),
+        (
+            b'{"data": {"id": "x", "wedge_pattern_4h": ["a", 3]}}',
+            "data.wedge_pattern_4h",
+            "an array of pattern names",
+            "an array with a non-string element",
+        ),
         (b'{"data": {"id": "x", "categories": "Layer 1"}}', "data.categories", "an array of strings", '"Layer 1"'),
-        (b'{"data": {"id": "x", "rsi14_1m": 40}}', "data.rsi14_1m", "an interval of 5m, 15m, 1h, 4h, 24h or 1w", 'the interval "1m"'),
+        (
+            b'{"data": {"id": "x", "rsi14_1m": 40}}',
+            "data.rsi14_1m",
+            "an interval of 5m, 15m, 1h, 4h, 24h or 1w",
+            'the interval "1m"',
+        ),
         (b'{"data": {"id": "x"}, "generalInfo": {"websites": 3}}', "generalInfo.websites", "an array of strings", "3"),
         (b'{"data": {"id": "x"}, "generalInfo": "none"}', "generalInfo", "the generalInfo object", '"none"'),
     ],
 )
-def test_values_that_do_not_fit_are_null_cells_and_drift_rows(body: bytes, field: str, expected: str, found: str) -> None:
+def test_values_that_do_not_fit_are_null_cells_and_drift_rows(
+    body: bytes, field: str, expected: str, found: str
+) -> None:
     frames = defilens.parse_token(body, token_id="x", fetched_at=7)
     assert frames.snapshot.height == 1 and frames.info.height == 1
     assert frames.drift.rows(named=True) == [
-        {"token": "x", "endpoint": "listing", "field": field, "expected": expected, "found": found,
-         "fetched_at": dt.datetime(1970, 1, 1, 0, 0, 0, 7000, tzinfo=dt.timezone.utc)},
+        {
+            "token": "x",
+            "endpoint": "listing",
+            "field": field,
+            "expected": expected,
+            "found": found,
+            "fetched_at": dt.datetime(1970, 1, 1, 0, 0, 0, 7000, tzinfo=dt.timezone.utc),
+        },
     ]
     column = field.split(".")[-1]
     if column in frames.snapshot.columns:
@@ -260,7 +344,9 @@ def test_malformed_bodies_name_field_and_offset(body: bytes, field: str) -> None
     assert '"x"' in str(error) and f'"{field}"' in str(error)
 
 
-@pytest.mark.parametrize("body", [b"", b"not json", b"[]", b"null", b'{"generalInfo": {}}', b'{"data": []}', "{\"data\": {\"id\": \"\ud800\"}}"])
+@pytest.mark.parametrize(
+    "body", [b"", b"not json", b"[]", b"null", b'{"generalInfo": {}}', b'{"data": []}', '{"data": {"id": "\ud800"}}']
+)
 def test_wrong_shapes_raise_decode_error(body: object) -> None:
     with pytest.raises(defilens.DecodeError):
         defilens.parse_token(body, token_id="x")  # type: ignore[arg-type]

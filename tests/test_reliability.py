@@ -28,8 +28,12 @@ SECRET = "sk-live-7f3c9a-never-print"
 def test_soak_2000_ids_with_faults_loses_nothing() -> None:
     """The network issue's acceptance batch: 10% 503, 5% 429, 2% drops, 1% truncated."""
     ids = [f"coin-{i}" for i in range(2000)]
-    with Sandbox(seed=11, error_rate=0.10, rate_limit_rate=0.05, drop_rate=0.02, truncate_rate=0.01, retry_after=1) as sb:
-        frames = defilens.Client(base_url=sb.url, max_retries=3, concurrency=64, backoff=(0.05, 0.5)).fetch(ids, markets=False)
+    with Sandbox(
+        seed=11, error_rate=0.10, rate_limit_rate=0.05, drop_rate=0.02, truncate_rate=0.01, retry_after=1
+    ) as sb:
+        frames = defilens.Client(base_url=sb.url, max_retries=3, concurrency=64, backoff=(0.05, 0.5)).fetch(
+            ids, markets=False
+        )
         served = sb.requests
     log = frames.log
     assert log.height == 2000 and log["token"].n_unique() == 2000
@@ -69,7 +73,16 @@ def hostile_bodies() -> "list[bytes]":
         b'{"data": {"id": "x"}}' + b" trailing",
         b'{"data": {"id": "x", "id": 5, "id": null}}',
     ]
-    for key in ("current_price", "categories", "is_active", "last_updated", "rsi14_1h", "macd_1h", "single_pattern_1h", "ta_1h_updated_at"):
+    for key in (
+        "current_price",
+        "categories",
+        "is_active",
+        "last_updated",
+        "rsi14_1h",
+        "macd_1h",
+        "single_pattern_1h",
+        "ta_1h_updated_at",
+    ):
         for wrong in ("[]", "{}", "true", '"text"', "[1, 2]", "-0", '["a", 1]'):
             bodies.append(base.replace(f'"{key}": '.encode(), f'"{key}": {wrong}, "_was": '.encode(), 1))
     rng = random.Random(5)
@@ -166,7 +179,14 @@ def test_the_key_never_appears_anywhere(tmp_path: Path, capsys: pytest.CaptureFi
         wrong = defilens.Client(base_url=sb.url, api_key=SECRET + "-wrong")
         with pytest.raises(defilens.AuthenticationError) as auth:
             wrong.token("bitcoin")
-        texts = [repr(client), str(client.__dict__), repr(wrong), str(auth.value), repr(auth.value), repr(auth.value.__dict__)]
+        texts = [
+            repr(client),
+            str(client.__dict__),
+            repr(wrong),
+            str(auth.value),
+            repr(auth.value),
+            repr(auth.value.__dict__),
+        ]
     assert frames.errors.height > 0
     texts += [str(frames.log.to_dicts()), str(frames.errors.to_dicts()), repr(frames)]
     folder = frames.write(tmp_path / "saved")

@@ -46,9 +46,24 @@ def test_collect_with_a_refused_key_stops_at_once(tmp_path: Path) -> None:
 def test_collect_cli_with_a_refused_key_exits_1_with_one_line(tmp_path: Path) -> None:
     with Sandbox(api_key="the-right-key") as sb:
         result = subprocess.run(
-            CLI + ["collect", "bitcoin", "--every", "0.2s", "--count", "5", "--out", str(tmp_path / "h"),
-                   "--base-url", sb.url, "--api-key", "expired"],
-            capture_output=True, text=True, timeout=120,
+            CLI
+            + [
+                "collect",
+                "bitcoin",
+                "--every",
+                "0.2s",
+                "--count",
+                "5",
+                "--out",
+                str(tmp_path / "h"),
+                "--base-url",
+                sb.url,
+                "--api-key",
+                "expired",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -333,8 +348,13 @@ def test_cli_checks_out_before_any_request(tmp_path: Path, scripted, capsys: pyt
 
 def test_cli_fetches_markets_by_default() -> None:
     with Sandbox() as sb:
-        result = subprocess.run(CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", "k"],
-                                capture_output=True, text=True, timeout=120, env={**os.environ})
+        result = subprocess.run(
+            CLI + ["fetch", "bitcoin", "--base-url", sb.url, "--api-key", "k"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ},
+        )
         assert result.returncode == 0, result.stderr
         assert sb.requests == 2
 

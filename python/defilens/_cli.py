@@ -34,41 +34,113 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
 
     def connection_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--sandbox", action="store_true", help="run against a built-in local fake of the service (no key, no network)")
+        p.add_argument(
+            "--sandbox",
+            action="store_true",
+            help="run against a built-in local fake of the service (no key, no network)",
+        )
         p.add_argument("--api-key", help=f"API key (default: ${API_KEY_ENV}); never printed")
         p.add_argument("--base-url", help=f"service URL (default: ${BASE_URL_ENV} or {DEFAULTS['base_url']})")
-        p.add_argument("--timeout", type=float, default=DEFAULTS["timeout"], help=f"seconds per request attempt (default {DEFAULTS['timeout']:g})")
-        p.add_argument("--max-retries", type=int, default=DEFAULTS["max_retries"], help=f"retries per request (default {DEFAULTS['max_retries']})")
-        p.add_argument("--concurrency", type=int, default=DEFAULTS["concurrency"], help=f"requests in flight (default {DEFAULTS['concurrency']})")
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULTS["timeout"],
+            help=f"seconds per request attempt (default {DEFAULTS['timeout']:g})",
+        )
+        p.add_argument(
+            "--max-retries",
+            type=int,
+            default=DEFAULTS["max_retries"],
+            help=f"retries per request (default {DEFAULTS['max_retries']})",
+        )
+        p.add_argument(
+            "--concurrency",
+            type=int,
+            default=DEFAULTS["concurrency"],
+            help=f"requests in flight (default {DEFAULTS['concurrency']})",
+        )
         p.add_argument("--rate-limit", type=float, help="max requests per second")
         p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
-    fetch = sub.add_parser("fetch", help="fetch tokens and write their frames", description="Fetch tokens, print a summary and write the frames.")
+    fetch = sub.add_parser(
+        "fetch",
+        help="fetch tokens and write their frames",
+        description="Fetch tokens, print a summary and write the frames.",
+    )
     fetch.add_argument("tokens", nargs="+", metavar="TOKEN", help="token ids, e.g. bitcoin ethereum")
-    fetch.add_argument("--markets", action=argparse.BooleanOptionalAction, default=True, help="also fetch each token's exchange markets (default; --no-markets to skip)")
+    fetch.add_argument(
+        "--markets",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also fetch each token's exchange markets (default; --no-markets to skip)",
+    )
     fetch.add_argument("--out", help="folder to write the frames to (one file per frame)")
-    fetch.add_argument("--format", choices=["parquet", "csv", "ndjson"], default="parquet", help="file format for --out (default parquet)")
+    fetch.add_argument(
+        "--format",
+        choices=["parquet", "csv", "ndjson"],
+        default="parquet",
+        help="file format for --out (default parquet)",
+    )
     connection_options(fetch)
 
-    coll = sub.add_parser("collect", help="poll tokens on a schedule into a Parquet history", description="Poll tokens every --every and append each round to a Hive-partitioned Parquet history that defilens.scan(DIR, frame) reads.")
+    coll = sub.add_parser(
+        "collect",
+        help="poll tokens on a schedule into a Parquet history",
+        description="Poll tokens every --every and append each round to a Hive-partitioned Parquet history that defilens.scan(DIR, frame) reads.",
+    )
     coll.add_argument("tokens", nargs="+", metavar="TOKEN")
     coll.add_argument("--every", required=True, help="interval between rounds: 30s, 5m, 1h")
     coll.add_argument("--count", type=int, help="stop after N rounds (default: until Ctrl-C)")
     coll.add_argument("--out", required=True, help="history folder")
-    coll.add_argument("--markets", action=argparse.BooleanOptionalAction, default=True, help="also fetch each token's exchange markets (default; --no-markets to skip)")
-    coll.add_argument("--max-failed-rounds", type=int, default=3, help="stop after this many rounds in a row in which every request failed (default 3)")
-    coll.add_argument("--raw", action="store_true", help="also keep each round's response bodies (compressed) under DIR/raw/, for defilens.reparse")
-    coll.add_argument("--compact", action="store_true", help="rewrite each day into one file per frame once it has closed")
+    coll.add_argument(
+        "--markets",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also fetch each token's exchange markets (default; --no-markets to skip)",
+    )
+    coll.add_argument(
+        "--max-failed-rounds",
+        type=int,
+        default=3,
+        help="stop after this many rounds in a row in which every request failed (default 3)",
+    )
+    coll.add_argument(
+        "--raw",
+        action="store_true",
+        help="also keep each round's response bodies (compressed) under DIR/raw/, for defilens.reparse",
+    )
+    coll.add_argument(
+        "--compact", action="store_true", help="rewrite each day into one file per frame once it has closed"
+    )
     connection_options(coll)
 
-    comp = sub.add_parser("compact", help="rewrite each closed day of a history into one file per frame", description="Rewrite each closed day (ended over an hour ago, UTC) of each frame of a collect history into one file sorted by token and fetched_at. The rows stay exactly the same; safe to rerun and to interrupt.")
+    comp = sub.add_parser(
+        "compact",
+        help="rewrite each closed day of a history into one file per frame",
+        description="Rewrite each closed day (ended over an hour ago, UTC) of each frame of a collect history into one file sorted by token and fetched_at. The rows stay exactly the same; safe to rerun and to interrupt.",
+    )
     comp.add_argument("folder", metavar="DIR", help="the collect folder")
 
-    sb = sub.add_parser("sandbox", help="serve the fake service until stopped", description="Serve the local fake of the DeFi Lens service until Ctrl-C. Its market follows the wall clock unless --now or --speed is given.")
+    sb = sub.add_parser(
+        "sandbox",
+        help="serve the fake service until stopped",
+        description="Serve the local fake of the DeFi Lens service until Ctrl-C. Its market follows the wall clock unless --now or --speed is given.",
+    )
     sb.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1, 0 to 65535 (default 0: a free one)")
-    sb.add_argument("--now", help="start a simulated clock at this time (ISO 8601, e.g. 2026-01-01T00:00:00Z); it stands still unless --speed is given")
-    sb.add_argument("--replay", metavar="DIR", help="serve the responses recorded in DIR (a history collected with --raw, or frames written with raw=True) instead of the market")
-    sb.add_argument("--speed", type=float, help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)")
+    sb.add_argument(
+        "--now",
+        help="start a simulated clock at this time (ISO 8601, e.g. 2026-01-01T00:00:00Z); it stands still unless --speed is given",
+    )
+    sb.add_argument(
+        "--replay",
+        metavar="DIR",
+        help="serve the responses recorded in DIR (a history collected with --raw, or frames written with raw=True) instead of the market",
+    )
+    sb.add_argument(
+        "--speed",
+        type=float,
+        help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)",
+    )
     sb.add_argument("--seed", type=int, default=0)
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     sb.add_argument("--api-key", help="require this x-partner-key")
@@ -171,21 +243,34 @@ def summary(frames: Frames, elapsed: float) -> str:
         shown = table
         if table.height > MAX_LISTED_TOKENS:
             shown = table.sort("market_cap", descending=True, nulls_last=True).head(MAX_LISTED_TOKENS)
-        headers = ["token", "symbol", "price", "24h %", "rank", "rsi14 1h", "rsi14 24h", "macd 24h", "patterns", "markets"]
+        headers = [
+            "token",
+            "symbol",
+            "price",
+            "24h %",
+            "rank",
+            "rsi14 1h",
+            "rsi14 24h",
+            "macd 24h",
+            "patterns",
+            "markets",
+        ]
         rows = []
         for row in shown.iter_rows(named=True):
-            rows.append([
-                str(row["token"]),
-                str(row["symbol"] or "-"),
-                _format_price(row["current_price"]),
-                _format_number(row["price_change_percentage_24h"]),
-                _format_number(row["market_cap_rank"]),
-                _format_number(row.get("1h"), 1),
-                _format_number(row.get("24h"), 1),
-                str(row["macd_24h"] or "-"),
-                _format_number(row["patterns"] or 0),
-                _format_number(row["markets"]) if frames.markets.height else "-",
-            ])
+            rows.append(
+                [
+                    str(row["token"]),
+                    str(row["symbol"] or "-"),
+                    _format_price(row["current_price"]),
+                    _format_number(row["price_change_percentage_24h"]),
+                    _format_number(row["market_cap_rank"]),
+                    _format_number(row.get("1h"), 1),
+                    _format_number(row.get("24h"), 1),
+                    str(row["macd_24h"] or "-"),
+                    _format_number(row["patterns"] or 0),
+                    _format_number(row["markets"]) if frames.markets.height else "-",
+                ]
+            )
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
         lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
         for r in rows:
@@ -254,9 +339,19 @@ def _collect(args: argparse.Namespace) -> int:
 
     with _client(args) as client:
         try:
-            collect(client, args.tokens, args.every, count=args.count, out=args.out, markets=args.markets,
-                    on_round=report, progress=False, max_failed_rounds=args.max_failed_rounds,
-                    raw=args.raw, compact=args.compact)
+            collect(
+                client,
+                args.tokens,
+                args.every,
+                count=args.count,
+                out=args.out,
+                markets=args.markets,
+                on_round=report,
+                progress=False,
+                max_failed_rounds=args.max_failed_rounds,
+                raw=args.raw,
+                compact=args.compact,
+            )
         except KeyboardInterrupt:
             print(f"stopped after {rounds_done} rounds; history in {args.out}/", file=sys.stderr)
             return EXIT_INTERRUPTED

@@ -45,9 +45,7 @@ def _token_list(token_ids: TokenIds) -> "list[str]":
     try:
         ids = list(token_ids)
     except TypeError:
-        raise TypeError(
-            f"token_ids must be a str or an iterable of str, got {type(token_ids).__name__}"
-        ) from None
+        raise TypeError(f"token_ids must be a str or an iterable of str, got {type(token_ids).__name__}") from None
     for token_id in ids:
         _check_token_type(token_id)
     return ids
@@ -81,9 +79,7 @@ class _BaseClient:
         base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         if not api_key and not _is_loopback(base_url):
-            raise DefiLensError(
-                f"no API key: pass api_key=... or set the {API_KEY_ENV} environment variable"
-            )
+            raise DefiLensError(f"no API key: pass api_key=... or set the {API_KEY_ENV} environment variable")
         if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
             warnings.warn(
                 f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
@@ -289,7 +285,9 @@ class AsyncClient(_BaseClient):
     Cancelling the awaiting task cancels the requests in flight.
     """
 
-    async def _run(self, ids: "list[str]", *, listing: bool, markets: bool, progress: Optional[bool] = False) -> "dict[str, Any]":
+    async def _run(
+        self, ids: "list[str]", *, listing: bool, markets: bool, progress: Optional[bool] = False
+    ) -> "dict[str, Any]":
         import asyncio  # imported here: it costs ~30 ms, and only async users need it
 
         job = self._start(ids, listing=listing, markets=markets)

@@ -201,8 +201,7 @@ def _for_text_formats(frame: pl.DataFrame) -> pl.DataFrame:
                 .then(pl.lit(None, pl.String))
                 .otherwise(
                     pl.lit("[")
-                    + column.list.eval(pl.element().map_elements(json.dumps, return_dtype=pl.String))
-                    .list.join(",")
+                    + column.list.eval(pl.element().map_elements(json.dumps, return_dtype=pl.String)).list.join(",")
                     + pl.lit("]")
                 )
                 .alias(name)
@@ -308,8 +307,7 @@ def concat(frames: Sequence[Frames]) -> Frames:
     if not frames:
         return Frames({})
     stacked = {
-        name: pl.concat([getattr(f, name) for f in frames], how="vertical", rechunk=False)
-        for name in FRAME_NAMES
+        name: pl.concat([getattr(f, name) for f in frames], how="vertical", rechunk=False) for name in FRAME_NAMES
     }
     raw: "list[RawItem]" = []
     for f in frames:

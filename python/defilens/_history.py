@@ -123,7 +123,9 @@ def _closed(day: dt.date, now: dt.datetime) -> bool:
     return now - day_end >= CLOSED_AFTER
 
 
-def _read_partition(files: "List[Path] | List[str]", read: Callable[[Any], pl.DataFrame] = pl.read_parquet) -> pl.DataFrame:
+def _read_partition(
+    files: "List[Path] | List[str]", read: Callable[[Any], pl.DataFrame] = pl.read_parquet
+) -> pl.DataFrame:
     frame = pl.concat([read(file) for file in files], how="diagonal_relaxed")
     keys = [column for column in ("token", "fetched_at") if column in frame.columns]
     return frame.sort(keys, maintain_order=True) if keys else frame
@@ -259,9 +261,7 @@ def _reparse_round(archive: pl.DataFrame, started: dt.datetime) -> Dict[str, pl.
         )
     )
     markets, drift = [_core.empty_frames()["markets"]], [frames["drift"]]
-    rows = archive.filter(pl.col("endpoint") == "markets").select(
-        "token", pl.col("fetched_at").dt.epoch("ms"), "body"
-    )
+    rows = archive.filter(pl.col("endpoint") == "markets").select("token", pl.col("fetched_at").dt.epoch("ms"), "body")
     for token, fetched_at, body in rows.iter_rows():
         frame, _total, body_drift = _core.parse_markets(body, token, fetched_at)
         markets.append(frame)
@@ -310,5 +310,3 @@ def reparse(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
             for name in FRAME_NAMES
         }
     )
-
-

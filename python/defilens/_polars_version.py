@@ -21,6 +21,5 @@ def check_polars(version: str = polars.__version__) -> None:
     if parse_version(version) < MIN_POLARS:
         needed = ".".join(map(str, MIN_POLARS))
         raise ImportError(
-            f"defilens needs polars >= {needed}, but polars {version} is installed: "
-            f"pip install -U 'polars>={needed}'"
+            f"defilens needs polars >= {needed}, but polars {version} is installed: pip install -U 'polars>={needed}'"
         )

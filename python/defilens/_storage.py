@@ -45,7 +45,7 @@ class Remote:
             import fsspec  # type: ignore[import-untyped]
         except ImportError:
             raise ImportError(
-                f"{self.protocol}:// paths need fsspec and its {self.protocol} driver: pip install \"defilens[cloud]\""
+                f'{self.protocol}:// paths need fsspec and its {self.protocol} driver: pip install "defilens[cloud]"'
             ) from None
         try:
             self.fs = fsspec.filesystem(self.protocol, **self._fsspec_options())
@@ -107,9 +107,7 @@ class Remote:
         if urls:
             self.fs.rm([self._bare(url) for url in urls])
 
-    def write(
-        self, frame: pl.DataFrame, url: str, file_format: str, metadata: Optional[Dict[str, str]] = None
-    ) -> None:
+    def write(self, frame: pl.DataFrame, url: str, file_format: str, metadata: Optional[Dict[str, str]] = None) -> None:
         """Uploads ``frame``; the object appears whole when the upload completes, or not at all."""
         buffer = io.BytesIO()
         if file_format == "parquet":
