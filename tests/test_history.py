@@ -151,7 +151,7 @@ def test_duckdb_reads_the_same_rows_as_scan(history: Path) -> None:
         )
         theirs = duckdb.sql(query).fetchall()
         expected = ours.group_by("token").agg(pl.len().alias("n"), pl.col("value").sum().alias("total")).sort("token")
-        assert [row[:2] for row in theirs] == list(zip(expected["token"], expected["n"]))
+        assert [row[:2] for row in theirs] == list(zip(expected["token"], expected["n"], strict=True))
         assert [row[2] for row in theirs] == pytest.approx(expected["total"].to_list(), rel=1e-12)
         assert sum(row[1] for row in theirs) == ours.height > 0
 
@@ -217,8 +217,8 @@ def test_replay_of_written_frames_and_the_fixture(tmp_path: Path, defilens_repla
     for name in ("indicators", "patterns", "markets", "info"):
         (
             assert_frame_equal(
-                getattr(again, name).drop("fetched_at", strict=False),
-                getattr(recorded, name).drop("fetched_at", strict=False),
+                getattr(again, name).drop("fetched_at", strict=True),
+                getattr(recorded, name).drop("fetched_at", strict=True),
             ),
             name,
         )

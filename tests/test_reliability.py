@@ -49,7 +49,7 @@ def test_soak_2000_ids_with_faults_loses_nothing() -> None:
 def test_permanent_faults_report_the_right_kind() -> None:
     with Sandbox(invalid_json_rate=1.0) as sb, pytest.warns(defilens.DefiLensWarning, match="6 of them with decode"):
         frames = defilens.Client(base_url=sb.url).fetch(["a", "b", "unknown-c"], markets=True)
-    kinds = dict(zip(frames.log["token"] + "/" + frames.log["endpoint"], frames.log["kind"]))
+    kinds = dict(zip(frames.log["token"] + "/" + frames.log["endpoint"], frames.log["kind"], strict=True))
     assert kinds == {f"{t}/{e}": "decode" for t in ("a", "b", "unknown-c") for e in ("listing", "markets")}
     assert frames.log["attempts"].to_list() == [1] * 6
 
@@ -221,7 +221,7 @@ def test_one_client_from_eight_threads_matches_sequential(defilens_sandbox: Sand
     for thread in threads:
         thread.join(60)
     assert not errors
-    for seq, par in zip(sequential, parallel):
+    for seq, par in zip(sequential, parallel, strict=True):
         assert par is not None
         assert par.indicators.equals(seq.indicators)
         assert par.snapshot.drop("fetched_at").equals(seq.snapshot.drop("fetched_at"))

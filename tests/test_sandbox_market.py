@@ -4,6 +4,7 @@ the relations a real market keeps (prices, ranks, exchanges)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 import urllib.request
@@ -40,7 +41,7 @@ def market():
 
 def _indicators(frames, token: str, interval: str) -> dict:
     rows = frames.indicators.filter(pl.col("token") == token, pl.col("interval") == interval)
-    return dict(zip(rows["indicator"].to_list(), rows["value"].to_list()))
+    return dict(zip(rows["indicator"].to_list(), rows["value"].to_list(), strict=True))
 
 
 def _close(a: float, b: float) -> bool:
@@ -139,7 +140,7 @@ def test_snapshot_figures_come_from_the_candles(market):
         day_ago = five["close"][-1 - 288]
         assert row["price_percent_change_24h"] == pytest.approx((row["current_price"] / day_ago - 1) * 100, abs=1e-4)
         updated = frames.ta_updated.filter(pl.col("token") == token)
-        for interval, updated_at in zip(updated["interval"].to_list(), updated["updated_at"].to_list()):
+        for interval, updated_at in zip(updated["interval"].to_list(), updated["updated_at"].to_list(), strict=True):
             last_open = sandbox.candles(token, interval)["open_time"][-1]
             assert updated_at == last_open + INTERVAL_LENGTH[interval], (token, interval)
 
@@ -164,7 +165,7 @@ def test_every_interval_samples_one_path(market):
 def test_levels_and_ranks_look_like_a_market(market):
     _, frames = market
     snapshot = frames.snapshot
-    price = dict(zip(snapshot["token"], snapshot["current_price"]))
+    price = dict(zip(snapshot["token"], snapshot["current_price"], strict=True))
     assert 10_000 < price["bitcoin"] < 1_000_000
     assert abs(price["tether"] - 1) < 0.01
     ranked = snapshot.sort("market_cap", descending=True)["market_cap_rank"].to_list()
@@ -219,7 +220,7 @@ def test_history_over_simulated_time_moves():
             sandbox.advance("1h")
         assert sandbox.now == dt.datetime(2026, 1, 1, 6, tzinfo=dt.timezone.utc)
     assert len({tuple(p) for p in prices}) == 6
-    assert [b - a for a, b in zip(times, times[1:])] == [dt.timedelta(hours=1)] * 5
+    assert [b - a for a, b in itertools.pairwise(times)] == [dt.timedelta(hours=1)] * 5
 
 
 def test_clock_settings_are_checked():

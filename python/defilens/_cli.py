@@ -272,9 +272,9 @@ def summary(frames: Frames, elapsed: float) -> str:
                 ]
             )
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
         for r in rows:
-            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
         if table.height > shown.height:
             total_cap = table.get_column("market_cap").sum()
             lines.append(

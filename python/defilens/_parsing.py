@@ -80,7 +80,7 @@ class _ListingBodies:
     def items(self) -> "list[tuple[str, str, bytes]]":
         return [
             (token, "listing", body.encode() if isinstance(body, str) else body)
-            for token, body in zip(self._tokens.to_list(), self._bodies)
+            for token, body in zip(self._tokens.to_list(), self._bodies, strict=True)
         ]
 
 
