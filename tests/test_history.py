@@ -1,247 +1,466 @@
-"""A history at scale: compaction, the raw archive and re-parsing it, and other engines reading it."""
+"""The history on Delta Lake: every round exactly once in every table (kill -9, several collectors,
+compaction beside them), time travel, conversion of the old layout, other engines reading it,
+reparse, replay, and bad input."""
 
 from __future__ import annotations
 
 import datetime as dt
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Dict
 
-import duckdb
 import polars as pl
 import pytest
+from history_checks import assert_whole_rounds, write_old_round
 from polars.testing import assert_frame_equal
 
 import defilens
-from defilens import _history
-from defilens._collect import write_round
-from defilens._frames import FRAME_NAMES
+from defilens.history import TABLES
+from defilens.history._collect import new_collector_id
+from defilens.history._root import root_of
+from defilens.history._rounds import round_of_fetch, tables_of
+from defilens.history._spool import Spool
+from defilens.history._tables import commit_round
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
-START = dt.datetime(2026, 1, 1, 20, 0, tzinfo=UTC)
 TOKENS = ["bitcoin", "ethereum", "dogecoin", "unknown-coin"]
-# Late on the 3rd: days 1 and 2 are closed, day 3 is the one a collect would be writing.
-NOW = dt.datetime(2026, 1, 3, 22, 0, tzinfo=UTC)
+CLI = [sys.executable, "-m", "defilens"]
 
 
-def _write_history(folder: Path, rounds: int = 12, step: str = "4h", raw: bool = True) -> None:
-    """``rounds`` rounds over simulated time, written as `collect` writes them."""
-    with Sandbox(now=START, seed=5) as sandbox:
-        client = defilens.Client(base_url=sandbox.url, api_key="k")
-        for number in range(rounds):
-            frames = client.fetch(TOKENS, progress=False)
-            write_round(frames, folder, sandbox.now, number, raw=raw)
-            sandbox.advance(step)
-
-
-def _everything(folder: Path) -> Dict[str, pl.DataFrame]:
-    """Every frame of the history in a fixed order: day, then token and fetch time, ties in the
-    order the rounds were written (what compaction keeps)."""
-    result = {}
-    for name in (*FRAME_NAMES, "raw"):
-        frame = defilens.scan(folder, name).collect()
-        keys = [k for k in ("date", "token", "fetched_at") if k in frame.columns]
-        result[name] = frame.sort(keys, maintain_order=True)
-    return result
-
-
-def _files(folder: Path) -> Dict[str, list]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*.parquet"))}
+def _collect(root: Path, rounds: int = 3, *, raw: bool = True, tokens=TOKENS, step: str = "1h", **settings) -> int:
+    """``rounds`` rounds, the Sandbox's clock moving ``step`` after each."""
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        return client.collect(
+            tokens, "0.01s", count=rounds, out=root, raw=raw, on_round=lambda n, f: sandbox.advance(step), **settings
+        )
 
 
 @pytest.fixture
 def history(tmp_path: Path) -> Path:
-    folder = tmp_path / "history"
-    _write_history(folder)
-    return folder
+    root = tmp_path / "history"
+    assert _collect(root, 3) == 3
+    return root
 
 
-def test_compaction_keeps_every_row_and_leaves_open_days_alone(history: Path) -> None:
-    before, files_before = _everything(history), _files(history)
-    open_day = {k: v for k, v in files_before.items() if "date=2026-01-03" in k}
-    report = defilens.compact(history, now=NOW)
-    assert report["partitions"] == 2 * (len(FRAME_NAMES) + 1)
-    assert report["skipped_open"] == len(FRAME_NAMES) + 1
-    files_after = _files(history)
-    assert {k: v for k, v in files_after.items() if "date=2026-01-03" in k} == open_day
-    for name in (*FRAME_NAMES, "raw"):
-        for day in ("2026-01-01", "2026-01-02"):
-            assert [p.name for p in (history / name / f"date={day}").iterdir()] == ["compacted.parquet"]
-    after = _everything(history)
-    for name in before:
-        assert_frame_equal(before[name], after[name], check_dtypes=True), name
-    assert not (history / ".compacting").exists()
-    # Idempotent: nothing left to do, nothing touched.
-    assert defilens.compact(history, now=NOW)["partitions"] == 0
-    assert _files(history) == files_after
+def test_every_table_is_a_delta_table_with_the_frames_dtypes(history: Path) -> None:
+    empty = defilens._core.empty_frames()
+    for name in TABLES:
+        assert (history / name / "_delta_log").is_dir() or name == "drift", name
+        frame = defilens.scan(history, name).collect()
+        expected = dict(empty[name].schema) if name != "raw" else {}
+        for column, dtype in expected.items():
+            assert frame.schema[column] == dtype, (name, column)
+        assert frame.schema["fetched_at"] == pl.Datetime("ms", "UTC") and frame.schema["date"] == pl.Date
+    assert defilens.scan(history, "indicators").collect_schema()["interval"] == defilens.INTERVAL
+    assert defilens.scan(history, "errors").collect().get_column("token").unique().to_list() == ["unknown-coin"]
+    assert assert_whole_rounds(history) == 3 * 3
 
 
-def test_a_day_that_received_more_files_is_compacted_again(history: Path) -> None:
-    defilens.compact(history, now=NOW)
-    with Sandbox(now="2026-01-02T23:30:00Z", seed=5) as sandbox:
-        late = defilens.Client(base_url=sandbox.url).fetch(["solana"], progress=False)
-    write_round(late, history, dt.datetime(2026, 1, 2, 23, 30, tzinfo=UTC), 99, raw=True)
-    before = _everything(history)
-    assert defilens.compact(history, now=NOW)["partitions"] == len(FRAME_NAMES) + 1
-    after = _everything(history)
-    for name in before:
-        assert_frame_equal(before[name], after[name]), name
+def test_a_round_committed_again_lands_once(tmp_path: Path) -> None:
+    root = root_of(tmp_path / "h")
+    with Sandbox(now="2026-01-01T00:00:00Z") as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(TOKENS, progress=False)
+    round_ = round_of_fetch(frames, new_collector_id(), 0, dt.datetime.now(UTC), keep_raw=True)
+    tables, failed = tables_of(round_)
+    assert failed == 0
+    first = commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+    again = commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+    assert all(first.values()) and not any(again.values())
+    assert assert_whole_rounds(root.url) == 3
 
 
-@pytest.mark.parametrize("when", ["before the swap", "after the swap"])
-def test_an_interrupted_compaction_loses_and_doubles_nothing(
-    history: Path, monkeypatch: pytest.MonkeyPatch, when: str
-) -> None:
-    before = _everything(history)
-    swap = _history._swap
-
-    def crash(staged: Path, partition: Path) -> None:
-        if when == "after the swap":
-            swap(staged, partition)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(_history, "_swap", crash)
-    with pytest.raises(KeyboardInterrupt):
-        defilens.compact(history, now=NOW)
-    # What a reader sees right after the crash: the same rows.
-    middle = _everything(history)
-    for name in before:
-        assert_frame_equal(before[name], middle[name]), name
-    monkeypatch.setattr(_history, "_swap", swap)
-    defilens.compact(history, now=NOW)
-    after = _everything(history)
-    for name in before:
-        assert_frame_equal(before[name], after[name]), name
-    assert not (history / ".compacting").exists()
+def test_a_round_left_half_committed_is_finished_by_the_next_collect(tmp_path: Path) -> None:
+    root = root_of(tmp_path / "h")
+    with Sandbox(now="2026-01-01T00:00:00Z") as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(TOKENS, progress=False)
+    round_ = round_of_fetch(frames, new_collector_id(), 7, dt.datetime.now(UTC), keep_raw=True)
+    Spool(root).put(round_)
+    tables, _ = tables_of(round_)
+    # The crash: snapshot and indicators committed, the rest not.
+    commit_round(root, {k: tables[k] for k in ("snapshot", "indicators")}, round_.app_id, 7, round_.metadata)
+    with pytest.warns(defilens.DefiLensWarning, match="finished 1 round"):
+        _collect(root.url, 1)
+    assert assert_whole_rounds(root.url) == 3 + 3
+    assert Spool(root).paths() == []
 
 
-def test_reparse_rebuilds_the_frames_that_were_written(history: Path) -> None:
-    written = _everything(history)
-    for compacted in (False, True):
-        if compacted:
-            defilens.compact(history, now=NOW)
-        rebuilt = defilens.reparse(history)
-        for name in FRAME_NAMES:
-            if name == "log":
-                assert rebuilt.log.height == 0
-                continue
-            ours = getattr(rebuilt, name)
-            keys = [k for k in ("token", "fetched_at") if k in ours.columns]
-            expected = written[name].drop("date").sort(keys, maintain_order=True)
-            assert_frame_equal(ours.sort(keys, maintain_order=True), expected, check_column_order=False), name
-    assert written["raw"].height > 0
-    assert written["snapshot"].height == 12 * 3
-
-
-def test_reparse_needs_a_raw_archive(tmp_path: Path) -> None:
-    _write_history(tmp_path / "plain", rounds=2, raw=False)
-    with pytest.raises(FileNotFoundError, match="raw=True"):
-        defilens.reparse(tmp_path / "plain")
-
-
-def test_duckdb_reads_the_same_rows_as_scan(history: Path) -> None:
-    for compacted in (False, True):
-        if compacted:
-            defilens.compact(history, now=NOW)
-        ours = defilens.scan(history, "indicators").filter(pl.col("indicator") == "rsi14").collect()
-        query = (
-            "select token, count(*) as n, sum(value) as total from read_parquet("
-            f"'{history}/indicators/**/*.parquet', hive_partitioning = true) "
-            "where indicator = 'rsi14' group by token order by token"
+def test_kill_9_at_random_moments_never_leaves_half_a_round_or_a_round_twice(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    rng = random.Random(11)
+    left_in_spool = 0
+    trials = 12
+    for _ in range(trials):
+        child = subprocess.Popen(
+            CLI
+            + ["collect", "bitcoin", "ethereum", "unknown-coin", "--sandbox", "--every", "0.02s", "--raw"]
+            + ["--out", str(root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        theirs = duckdb.sql(query).fetchall()
-        expected = ours.group_by("token").agg(pl.len().alias("n"), pl.col("value").sum().alias("total")).sort("token")
-        assert [row[:2] for row in theirs] == list(zip(expected["token"], expected["n"], strict=True))
-        assert [row[2] for row in theirs] == pytest.approx(expected["total"].to_list(), rel=1e-12)
-        assert sum(row[1] for row in theirs) == ours.height > 0
+        time.sleep(rng.uniform(1.5, 3.5))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        left_in_spool += bool(glob.glob(str(root / "_spool" / "*" / "*.round")))
+    # Every kill landed somewhere in a round; most left one fetched and not committed everywhere.
+    assert left_in_spool > 0
+    with pytest.warns(defilens.DefiLensWarning, match="finished"):
+        _collect(root, 1)
+    fetches = assert_whole_rounds(root)
+    assert fetches > trials
+    assert not glob.glob(str(root / "_spool" / "*" / "*.round"))
 
 
-def test_collect_keeps_raw_bodies_and_compacts(tmp_path: Path) -> None:
-    with Sandbox() as sandbox:
+def test_two_collectors_at_once_lose_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    shards = [["bitcoin", "ethereum"], ["solana", "dogecoin", "cardano"]]
+    children = [
+        subprocess.Popen(
+            CLI + ["collect", *shard, "--sandbox", "--every", "0.05s", "--count", "8", "--raw", "--out", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for shard in shards
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=240)
+        assert child.returncode == 0, err
+    assert assert_whole_rounds(root) == 8 * 5
+    snapshot = defilens.scan(root, "snapshot").collect()
+    assert snapshot.group_by("token").len().get_column("len").to_list() == [8] * 5
+
+
+def test_compaction_while_collecting_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    done = threading.Event()
+    reports = []
+
+    def compact_repeatedly() -> None:
+        while not done.is_set():
+            reports.append(defilens.compact(root, retention="1h", now=dt.datetime(2030, 1, 1, tzinfo=UTC)))
+
+    worker = threading.Thread(target=compact_repeatedly)
+    worker.start()
+    try:
+        _collect(root, 10)
+    finally:
+        done.set()
+        worker.join()
+    assert reports and sum(r["files_removed"] for r in reports) > 0
+    assert sum(r["days_sorted"] for r in reports) > 0
+    assert assert_whole_rounds(root) == 12 * 3
+    final = defilens.compact(root)
+    for name in ("snapshot", "indicators", "raw"):
+        day_files = glob.glob(str(root / name / "date=*" / "*.parquet"))
+        assert len(day_files) >= 1
+    assert final["files_after"] <= final["files_before"]
+    assert assert_whole_rounds(root) == 12 * 3
+
+
+def test_compact_checks_its_settings(history: Path) -> None:
+    with pytest.raises(ValueError, match="at least"):
+        defilens.compact(history, retention="5m")
+    with pytest.raises(ValueError, match="memory_budget"):
+        defilens.compact(history, memory_budget="lots")
+    with pytest.raises(FileNotFoundError):
+        defilens.compact(history / "nothing-here")
+
+
+def test_time_travel_by_version_and_by_moment(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    version = defilens.scan(root, "snapshot").collect().height
+    from deltalake import DeltaTable
+
+    snapshot_version = DeltaTable(str(root / "snapshot")).version()
+    moment = dt.datetime.now(UTC)
+    time.sleep(0.05)
+    _collect(root, 2)
+    assert defilens.scan(root, "snapshot").collect().height == 2 * version
+    assert defilens.scan(root, "snapshot", as_of=snapshot_version).collect().height == version
+    assert defilens.scan(root, "snapshot", as_of=moment).collect().height == version
+    naive = moment.astimezone(UTC).replace(tzinfo=None)
+    assert (
+        defilens.scan(root, "indicators", as_of=naive).collect().height
+        == defilens.scan(root, "indicators", as_of=moment).collect().height
+    )
+    with pytest.raises(defilens.HistoryError, match="time travel"):
+        defilens.scan(root, "snapshot", as_of=10_000).collect()
+    with pytest.raises(TypeError):
+        defilens.scan(root, "snapshot", as_of="yesterday")  # type: ignore[arg-type]
+
+
+def test_other_engines_read_the_tables(history: Path) -> None:
+    import duckdb
+    import duckdb_extension_delta
+    from deltalake import DeltaTable
+
+    ours = defilens.scan(history, "indicators").collect()
+    assert pl.scan_delta(str(history / "indicators")).collect().height == ours.height
+    pandas = DeltaTable(str(history / "indicators")).to_pandas()
+    assert len(pandas) == ours.height and set(pandas["interval"]) == set(ours["interval"].cast(pl.String))
+    snapshot = DeltaTable(str(history / "snapshot")).to_pandas()
+    assert len(snapshot) == 9 and str(snapshot["fetched_at"].dtype).startswith("datetime64")
+    extension = glob.glob(
+        os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "**", "*.duckdb_extension"), recursive=True
+    )
+    con = duckdb.connect()
+    con.execute(f"LOAD '{extension[0]}'")
+    theirs = con.execute(
+        f"select token, interval, indicator, value from delta_scan('{history / 'indicators'}') order by all"
+    ).pl()
+    expected = ours.select("token", pl.col("interval").cast(pl.String), "indicator", "value").sort(pl.all())
+    assert_frame_equal(theirs, expected, check_dtypes=False)
+
+
+def test_reparse_rebuilds_what_was_committed(history: Path) -> None:
+    rebuilt = defilens.reparse(history)
+    for name in ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "drift"):
+        committed = defilens.scan(history, name).drop("date").collect()
+        keys = [
+            c
+            for c in ("token", "fetched_at", "interval", "indicator", "family", "pattern", "id")
+            if c in committed.columns
+        ]
+        assert_frame_equal(getattr(rebuilt, name).sort(keys), committed.sort(keys), check_row_order=False), name
+    assert rebuilt.log.height == 0
+
+
+def test_reparse_batch_is_what_an_engine_maps_over_the_raw_table(history: Path) -> None:
+    raw = defilens.scan(history, "raw").collect()
+    halves = [raw.slice(0, raw.height // 2), raw.slice(raw.height // 2)]
+    pieces = pl.concat([defilens.history.reparse_batch(part.to_arrow(), "indicators") for part in halves])
+    committed = defilens.scan(history, "indicators").collect()
+    assert_frame_equal(pieces.sort(pl.all()), committed.sort(pl.all()), check_row_order=False)
+    assert "`interval` string" in defilens.history.spark_schema("indicators")
+
+
+def test_an_undecodable_body_is_kept_with_its_failure_and_skipped_by_reparse(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    with Sandbox(now="2026-01-01T00:00:00Z", seed=3, invalid_json_rate=0.3) as sandbox:
+        client = defilens.Client(base_url=sandbox.url, max_retries=0)
+        client.collect(["bitcoin", "ethereum", "solana", "dogecoin", "cardano"], "0.01s", count=3, out=root, raw=True)
+    raw = defilens.scan(root, "raw").collect()
+    failed = raw.filter(pl.col("error").is_not_null())
+    assert failed.height > 0 and failed["body"].is_not_null().all()
+    decode_failures = defilens.scan(root, "errors").filter(pl.col("kind") == "decode").collect()
+    assert decode_failures.height == failed.height
+    with pytest.warns(defilens.DefiLensWarning, match=f"{failed.height} response bodies"):
+        rebuilt = defilens.reparse(root)
+    assert rebuilt.snapshot.height == defilens.scan(root, "snapshot").collect().height
+    assert_whole_rounds(root)
+
+
+def test_replay_serves_the_recorded_bodies(history: Path) -> None:
+    raw = defilens.scan(history, "raw").collect().sort("fetched_at")
+    first = raw.filter(pl.col("endpoint") == "listing").row(0, named=True)
+    with Sandbox.replay(history) as sandbox:
+        body = defilens.Client(base_url=sandbox.url).fetch([first["token"]], markets=False, progress=False).bodies()
+    assert body["body"][0] == first["body"]
+
+
+def test_the_clock_reading_the_same_instant_twice_overwrites_nothing(tmp_path: Path, monkeypatch) -> None:
+    import defilens.history._collect as collector
+
+    frozen = dt.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    class StuckClock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return frozen
+
+    monkeypatch.setattr(collector.dt, "datetime", StuckClock)
+    _collect(tmp_path / "h", 3)
+    monkeypatch.undo()
+    raw = defilens.scan(tmp_path / "h", "raw").collect()
+    assert raw["round_start"].unique().to_list() == [frozen]
+    assert assert_whole_rounds(tmp_path / "h") == 9
+
+
+# -- conversion of the layout of earlier versions ------------------------------------------------
+
+
+def _old_history(folder: Path, rounds: int = 4) -> Dict[str, int]:
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
         client = defilens.Client(base_url=sandbox.url)
-        client.collect(["bitcoin", "ethereum"], "0.05s", count=3, out=tmp_path, raw=True, compact=True)
-    raw = defilens.scan(tmp_path, "raw").collect()
-    assert raw.height == 3 * 4
-    assert set(raw["endpoint"]) == {"listing", "markets"}
-    assert raw["status"].to_list() == [200] * 12
-    assert defilens.reparse(tmp_path).snapshot.height == 6
+        for number in range(rounds):
+            write_old_round(client.fetch(TOKENS, progress=False), folder, sandbox.now, number)
+            sandbox.advance("3h")
+    return {
+        name: pl.scan_parquet(str(folder / name / "*" / "*.parquet")).select(pl.len()).collect().item()
+        for name in TABLES
+        if (folder / name).exists()
+    }
 
 
-def test_cli_compact(history: Path, capsys: pytest.CaptureFixture) -> None:
-    from defilens._cli import main
-
-    assert main(["compact", str(history)]) == 0
-    out = capsys.readouterr().out
-    assert "compacted 30 day partitions" in out and "files became 30" in out
-    assert main(["compact", str(history / "nowhere")]) == 1
-
-
-def test_replay_serves_the_recorded_bodies_by_time(history: Path) -> None:
-    written = _everything(history)
-    rounds = written["snapshot"].group_by("date", "fetched_at").agg().sort("fetched_at")
-    first_round = written["raw"].filter(pl.col("round_start") == written["raw"]["round_start"].min())
-    round_starts = sorted(written["raw"]["round_start"].unique())
-    start = first_round["fetched_at"].max()
-    second = written["raw"].filter(pl.col("round_start") == round_starts[1])["fetched_at"].max()
-    assert rounds.height > 2
-    with Sandbox.replay(history) as replay:
-        client = defilens.Client(base_url=replay.url)
-        # The clock starts when the first round had been fetched whole, and stands still.
-        assert replay.now == start
-        frames = client.fetch(["bitcoin", "ethereum", "solana"], progress=False)
-        # The ids recorded are served as recorded; an id that was never recorded is not found.
-        assert sorted(frames.snapshot["token"]) == ["bitcoin", "ethereum"]
-        assert frames.errors.filter(pl.col("token") == "solana")["kind"].unique().to_list() == ["not_found"]
-        recorded = (
-            written["snapshot"].filter(pl.col("fetched_at") <= start, pl.col("token") != "dogecoin").sort("token")
-        )
-        assert frames.snapshot.sort("token")["current_price"].to_list() == recorded["current_price"].to_list()
-        replay.advance(second - start)
-        later = client.fetch(["bitcoin"], markets=False, progress=False).snapshot["current_price"].item()
-        in_round_two = written["snapshot"].filter(pl.col("token") == "bitcoin", pl.col("fetched_at") > start)
-        assert later == in_round_two.sort("fetched_at")["current_price"][0]
-    early = Sandbox.replay(history / "raw", now="2025-12-31T00:00:00Z")
-    with early, pytest.warns(defilens.DefiLensWarning, match="not in the recording"):
-        assert defilens.Client(base_url=early.url).fetch(["bitcoin"], progress=False).snapshot.height == 0
-    with Sandbox.replay(history, error_rate=1.0) as failing, pytest.warns(defilens.DefiLensWarning):
-        failed = defilens.Client(base_url=failing.url, max_retries=0).fetch(["bitcoin"], progress=False)
-        assert failed.errors["kind"].unique().to_list() == ["server"]
+def test_convert_turns_the_old_layout_into_tables_in_place(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    rows = _old_history(root)
+    (root / "indicators" / "date=2026-01-01" / ".leftover.parquet.123.tmp").write_bytes(b"half")
+    snapshot_files = sorted(p.name for p in (root / "snapshot").rglob("*.parquet"))
+    with pytest.raises(defilens.HistoryError, match="defilens convert"):
+        _collect(root, 1)
+    with pytest.raises(defilens.HistoryError, match="defilens convert"):
+        defilens.scan(root, "snapshot")
+    report = defilens.convert(root)
+    assert (
+        report["tables"] == len(rows) and "indicators" in report["rewritten"] and "snapshot" not in report["rewritten"]
+    )
+    for name, count in rows.items():
+        assert defilens.scan(root, name).select(pl.len()).collect().item() == count, name
+    # In place: the snapshot's files are the same files.
+    assert sorted(p.name for p in (root / "snapshot").rglob("*.parquet")) == snapshot_files
+    assert defilens.scan(root, "indicators").collect_schema()["interval"] == defilens.INTERVAL
+    assert pl.scan_delta(str(root / "indicators")).select(pl.len()).collect().item() == rows["indicators"]
+    assert defilens.convert(root)["tables"] == 0  # idempotent
+    _collect(root, 2)  # the converted history takes new rounds
+    assert defilens.scan(root, "snapshot").select(pl.len()).collect().item() == rows["snapshot"] + 6
+    assert "error" in defilens.scan(root, "raw").collect_schema()
 
 
-def test_replay_of_written_frames_and_the_fixture(tmp_path: Path, defilens_replay) -> None:
-    with Sandbox(now="2026-05-01T00:00:00Z") as sandbox:
-        recorded = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "solana"], progress=False)
-    recorded.write(tmp_path / "frames", raw=True)
-    replay = defilens_replay(tmp_path / "frames")
-    again = defilens.Client(base_url=replay.url).fetch(["bitcoin", "solana"], progress=False)
-    for name in ("indicators", "patterns", "markets", "info"):
-        (
-            assert_frame_equal(
-                getattr(again, name).drop("fetched_at", strict=True),
-                getattr(recorded, name).drop("fetched_at", strict=True),
-            ),
-            name,
-        )
-    with pytest.raises(FileNotFoundError, match="no recorded responses"):
-        Sandbox.replay(tmp_path / "nothing-here")
+def test_convert_refuses_files_that_are_not_a_history_and_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    _old_history(root, 2)
+    (root / "snapshot" / "date=2026-01-01" / "notes.csv").write_text("mine")
+    (root / "indicators" / "date=2026-01-01" / "empty.parquet").write_bytes(b"")
+    with pytest.raises(defilens.HistoryError, match=r"notes\.csv"):
+        defilens.convert(root)
+    assert not (root / "snapshot" / "_delta_log").exists()
 
 
-def test_cli_sandbox_replay(history: Path) -> None:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "defilens", "sandbox", "--replay", str(history)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+def test_cli_convert_collect_compact(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    _old_history(root, 2)
+    run = subprocess.run(
+        CLI + ["collect", "bitcoin", "--sandbox", "--every", "1s", "--count", "1", "--out", str(root)],
+        capture_output=True,
         text=True,
     )
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        # The clock starts at the first recorded fetch and stands still.
-        assert "replaying" in line and "standing still" in line, line
-        url = line.split(" at ")[1].split()[0]
-        assert defilens.Client(base_url=url).fetch(["bitcoin"], progress=False).snapshot.height == 1
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=10)
+    assert run.returncode == 1 and run.stderr.startswith("defilens: error:") and "convert" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    run = subprocess.run(CLI + ["convert", str(root)], capture_output=True, text=True)
+    assert run.returncode == 0 and "converted" in run.stdout, run.stderr
+    run = subprocess.run(
+        CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.1s", "--count", "2", "--raw", "--out", str(root)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run(CLI + ["compact", str(root), "--retention", "2h"], capture_output=True, text=True)
+    assert run.returncode == 0 and "compacted" in run.stdout, run.stderr
+    assert_whole_rounds(root)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("hist*", "glob"),
+        ("hist[1]", "glob"),
+        ("data/date=2026-01-01/h", "partition"),
+    ],
+)
+def test_a_bad_root_is_refused_before_any_request(tmp_path: Path, out: str, message: str, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Sandbox() as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        with pytest.raises(ValueError, match=message):
+            client.collect(["bitcoin"], "1s", count=1, out=out)
+        assert sandbox.requests == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_root_that_is_a_file_or_cannot_be_made_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with Sandbox() as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        with pytest.raises(defilens.HistoryError, match="is a file"):
+            client.collect(["bitcoin"], "1s", count=1, out=tmp_path / "file")
+        with pytest.raises(defilens.HistoryError, match=r"cannot create|not writable"):
+            client.collect(["bitcoin"], "1s", count=1, out="/proc/defilens-history")
+        with pytest.raises(ValueError, match="at least one token"):
+            client.collect([], "1s", count=1, out=tmp_path / "h")
+        assert sandbox.requests == 0
+
+
+def test_foreign_files_or_a_foreign_table_at_a_frame_path_are_refused(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    foreign_files = tmp_path / "a"
+    (foreign_files / "snapshot").mkdir(parents=True)
+    (foreign_files / "snapshot" / "mine.parquet").write_bytes(b"PAR1")
+    with pytest.raises(defilens.HistoryError, match="not a defilens history"):
+        _collect(foreign_files, 1)
+    foreign_table = tmp_path / "b"
+    write_deltalake(str(foreign_table / "indicators"), pl.DataFrame({"x": [1]}))
+    with pytest.raises(defilens.HistoryError, match="another dataset"):
+        _collect(foreign_table, 1)
+    assert pl.scan_delta(str(foreign_table / "indicators")).collect().to_dict(as_series=False) == {"x": [1]}
+
+
+def test_scan_of_nothing_and_of_a_table_never_written(tmp_path: Path, history: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no history"):
+        defilens.scan(tmp_path / "nothing", "snapshot")
+    assert defilens.scan(history, "drift").collect().height == 0
+    with pytest.raises(ValueError, match="frame must be one of"):
+        defilens.scan(history, "candles")
+
+
+def test_a_failing_disk_leaves_the_tables_at_their_last_version_and_the_next_run_goes_on(tmp_path: Path) -> None:
+    """A file size limit makes every write past a few kilobytes fail as a full disk would."""
+    root = tmp_path / "h"
+    _collect(root, 1)
+    script = (
+        "import resource, signal, defilens\n"
+        "from defilens.testing import Sandbox\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))\n"
+        "with Sandbox(now='2026-01-02T00:00:00Z', seed=5) as sb:\n"
+        f"    defilens.Client(base_url=sb.url).collect({TOKENS!r}, '0.01s', count=1, out={str(root)!r}, raw=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode != 0 and "HistoryError" in run.stderr and "File too large" in run.stderr, run.stderr[-2000:]
+    assert_whole_rounds(root)
+    _collect(root, 1)
+    assert_whole_rounds(root)
+
+
+def test_a_commit_that_fails_half_way_is_finished_by_the_next_run(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    import deltalake
+
+    root = tmp_path / "h"
+    _collect(root, 1)
+    real_write = deltalake.write_deltalake
+
+    def disk_full_for_indicators(table_or_uri, data, **kwargs):
+        if "indicators" in str(getattr(table_or_uri, "table_uri", table_or_uri)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(table_or_uri, data, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", disk_full_for_indicators)
+    with pytest.raises(defilens.HistoryError, match="No space left on device"):
+        _collect(root, 1)
+    monkeypatch.undo()
+    # The round is in some tables and not in indicators: what the next run must finish.
+    snapshot = defilens.scan(root, "snapshot").collect()
+    indicators = defilens.scan(root, "indicators").collect()
+    assert snapshot.height == 6 and indicators.select("token", "fetched_at").unique().height == 3
+    with pytest.warns(defilens.DefiLensWarning, match="finished 1 round"):
+        _collect(root, 1)
+    assert assert_whole_rounds(root) == 9

@@ -58,9 +58,9 @@ def test_write_rejects_unknown_format(fetched: defilens.Frames, tmp_path: Path) 
 def test_an_interrupted_write_leaves_no_temporary_file(
     fetched: defilens.Frames, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One Ctrl-C during polars' write_parquet raises KeyboardInterrupt twice: once from the write
+    # One Ctrl-C during polars' Parquet sink raises KeyboardInterrupt twice: once from the write
     # and once more in whatever runs next, here the cleanup of the temporary file.
-    def interrupted_write(frame: pl.DataFrame, file: Path, **_: object) -> None:
+    def interrupted_write(frame: pl.LazyFrame, file: Path, **_: object) -> None:
         Path(file).write_bytes(b"half a parquet file")
         raise KeyboardInterrupt
 
@@ -72,7 +72,7 @@ def test_an_interrupted_write_leaves_no_temporary_file(
             raise pending_interrupts.pop()
         real_unlink(path, missing_ok=missing_ok)
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", interrupted_write)
+    monkeypatch.setattr(pl.LazyFrame, "sink_parquet", interrupted_write)
     monkeypatch.setattr(Path, "unlink", unlink_after_second_interrupt)
     with pytest.raises(KeyboardInterrupt):
         fetched.write(tmp_path / "frames")

@@ -1,123 +1,208 @@
-"""Frames and histories in object storage, against a real S3-compatible server on loopback (moto)."""
+"""Frames and histories in object storage, against a real S3-compatible server on loopback (moto,
+run in its own process: an in-process server hung delta-rs's scans in a trial)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import socket
+import subprocess
+import sys
+import threading
+import time
 import uuid
-from typing import Dict, Iterator
+from typing import Dict, Iterator, List
 
 import boto3
+import polars as pl
 import pytest
-from moto.server import ThreadedMotoServer
+from history_checks import assert_whole_rounds
 from polars.testing import assert_frame_equal
 
 import defilens
-from defilens._collect import write_round
-from defilens._frames import FRAME_NAMES
-from defilens._storage import Remote
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
+CLI = [sys.executable, "-m", "defilens"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Dict[str, str]]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
     options = {
-        "aws_endpoint_url": f"http://{host}:{port}",
+        "aws_endpoint_url": f"http://127.0.0.1:{port}",
         "aws_access_key_id": "test",
         "aws_secret_access_key": "test",
         "aws_region": "us-east-1",
         "aws_allow_http": "true",
     }
     yield options
-    server.stop()
+    server.terminate()
+    server.wait()
 
 
-@pytest.fixture
-def bucket(s3: Dict[str, str]) -> str:
-    name = f"history-{uuid.uuid4().hex[:12]}"
-    boto3.client(
+def _client(s3: Dict[str, str]):
+    return boto3.client(
         "s3",
         endpoint_url=s3["aws_endpoint_url"],
         aws_access_key_id="test",
         aws_secret_access_key="test",
         region_name="us-east-1",
-    ).create_bucket(Bucket=name)
+    )
+
+
+@pytest.fixture
+def bucket(s3: Dict[str, str]) -> str:
+    name = f"history-{uuid.uuid4().hex[:12]}"
+    _client(s3).create_bucket(Bucket=name)
     return f"s3://{name}"
 
 
-def _keys(bucket: str, s3: Dict[str, str]) -> "list[str]":
-    remote = Remote(bucket, s3)
-    return sorted(path.split("/", 1)[1] for path in remote.fs.find(bucket.split("://")[1]))
+def _keys(bucket: str, s3: Dict[str, str]) -> List[str]:
+    listed = _client(s3).list_objects_v2(Bucket=bucket.split("://")[1])
+    return sorted(item["Key"] for item in listed.get("Contents", []))
 
 
 def test_frames_write_and_read_round_trip(bucket: str, s3: Dict[str, str]) -> None:
     with Sandbox(now="2026-04-01T00:00:00Z") as sandbox:
         frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"], progress=False)
-    url = frames.write(f"{bucket}/one-fetch", storage_options=s3)
+    url = frames.write(f"{bucket}/one-fetch", storage_options=s3, raw=True)
     assert url == f"{bucket}/one-fetch"
-    back = defilens.read(f"{bucket}/one-fetch", storage_options=s3)
-    for name in FRAME_NAMES:
-        assert_frame_equal(getattr(back, name), getattr(frames, name)), name
-    frames.write(f"{bucket}/as-csv", format="csv", storage_options=s3)
-    assert "as-csv/snapshot.csv" in _keys(bucket, s3)
-    with pytest.raises(FileNotFoundError):
-        defilens.read(f"{bucket}/nothing", storage_options=s3)
+    back = defilens.read(url, storage_options=s3)
+    for name, frame in frames.items():
+        assert_frame_equal(getattr(back, name), frame)
+    assert "one-fetch/raw.parquet" in _keys(bucket, s3)
+    frames.write(f"{bucket}/text", storage_options=s3, format="ndjson")
+    assert "text/indicators.ndjson" in _keys(bucket, s3)
 
 
-def test_collect_scan_compact_and_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> None:
-    history = f"{bucket}/history"
-    with Sandbox(now="2026-02-01T18:00:00Z", seed=2) as sandbox:
+def test_collect_scan_compact_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> None:
+    root = f"{bucket}/history"
+    with Sandbox(now="2026-01-01T22:00:00Z", seed=5) as sandbox:
         client = defilens.Client(base_url=sandbox.url)
-        for number in range(6):
-            frames = client.fetch(["bitcoin", "solana"], progress=False)
-            write_round(frames, Remote(history, s3), sandbox.now, number, raw=True)
-            sandbox.advance("3h")
-        # collect itself writes there too (today's partition, left alone by compaction).
-        client.collect(["bitcoin"], "0.05s", count=2, out=history, raw=True, storage_options=s3)
-    before = {n: defilens.scan(history, n, storage_options=s3).collect() for n in ("indicators", "snapshot", "raw")}
-    keys_before = _keys(bucket, s3)
-    report = defilens.compact(history, now=dt.datetime(2026, 2, 3, 12, tzinfo=UTC), storage_options=s3)
-    assert report["partitions"] == 2 * (len(FRAME_NAMES) + 1)
-    keys_after = _keys(bucket, s3)
-    assert len(keys_after) < len(keys_before)
-    assert "history/indicators/date=2026-02-01/compacted.parquet" in keys_after
-    for name, frame in before.items():
-        keys = [k for k in ("date", "token", "fetched_at") if k in frame.columns]
-        after = defilens.scan(history, name, storage_options=s3).collect()
-        assert_frame_equal(frame.sort(keys, maintain_order=True), after.sort(keys, maintain_order=True)), name
-    assert defilens.compact(history, now=dt.datetime(2026, 2, 3, 12, tzinfo=UTC), storage_options=s3)["partitions"] == 0
-    rebuilt = defilens.reparse(history, storage_options=s3)
-    assert rebuilt.snapshot.height == before["snapshot"].height
+        client.collect(
+            ["bitcoin", "ethereum", "unknown-x"],
+            "0.01s",
+            count=4,
+            out=root,
+            raw=True,
+            storage_options=s3,
+            on_round=lambda n, f: sandbox.advance("1h"),
+        )
+    assert assert_whole_rounds(root, s3) == 8
+    keys = _keys(bucket, s3)
+    assert any(key.startswith("history/indicators/_delta_log/") for key in keys)
+    assert not [key for key in keys if key.startswith("history/_spool/")]
+    before = defilens.scan(root, "indicators", storage_options=s3).collect()
+    report = defilens.compact(root, retention="1h", storage_options=s3, now=dt.datetime(2030, 1, 1, tzinfo=UTC))
+    assert report["files_removed"] > 0 and report["days_sorted"] > 0
+    after = defilens.scan(root, "indicators", storage_options=s3).collect()
+    assert_frame_equal(before.sort(pl.all()), after.sort(pl.all()))
+    rebuilt = defilens.reparse(root, storage_options=s3)
+    assert rebuilt.indicators.height == after.height
+    assert pl.scan_delta(f"{root}/snapshot", storage_options=s3).collect().height == 8
 
 
-def test_an_interrupted_object_compaction_is_finished_by_the_next(bucket: str, s3: Dict[str, str], monkeypatch) -> None:
-    history = f"{bucket}/h"
-    with Sandbox(now="2026-03-01T06:00:00Z") as sandbox:
-        client = defilens.Client(base_url=sandbox.url)
-        for number in range(3):
-            write_round(client.fetch(["bitcoin"], progress=False), Remote(history, s3), sandbox.now, number)
-            sandbox.advance("1h")
-    before = defilens.scan(history, "snapshot", storage_options=s3).collect()
-    remove = Remote.remove
+def test_two_collectors_on_s3_at_once_lose_nothing(bucket: str, s3: Dict[str, str]) -> None:
+    root = f"{bucket}/shared"
+    options = [arg for key, value in s3.items() for arg in ("--storage-option", f"{key}={value}")]
+    shards = [["bitcoin", "ethereum"], ["solana", "dogecoin"], ["cardano"]]
+    children = [
+        subprocess.Popen(
+            CLI
+            + ["collect", *shard, "--sandbox", "--every", "0.05s", "--count", "5", "--raw", "--out", root, *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for shard in shards
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+    assert assert_whole_rounds(root, s3) == 5 * 5
 
-    def crash(self: Remote, urls: "list[str]") -> None:
-        raise KeyboardInterrupt
 
-    monkeypatch.setattr(Remote, "remove", crash)
-    with pytest.raises(KeyboardInterrupt):
-        defilens.compact(history, now=dt.datetime(2026, 3, 5, tzinfo=UTC), storage_options=s3)
-    # The compacted object is there and the old ones too: rows twice until the next run.
-    assert defilens.scan(history, "snapshot", storage_options=s3).collect().height == 2 * before.height
-    monkeypatch.setattr(Remote, "remove", remove)
-    defilens.compact(history, now=dt.datetime(2026, 3, 5, tzinfo=UTC), storage_options=s3)
-    after = defilens.scan(history, "snapshot", storage_options=s3).collect()
-    assert_frame_equal(before.sort("fetched_at"), after.sort("fetched_at"))
+def test_an_object_store_that_never_answers_fails_with_an_error_not_a_hang() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    port = listener.getsockname()[1]
+    options = {
+        "aws_endpoint_url": f"http://127.0.0.1:{port}",
+        "aws_access_key_id": "a",
+        "aws_secret_access_key": "b",
+        "aws_region": "us-east-1",
+        "aws_allow_http": "true",
+        "timeout": "1s",
+        "retry_timeout": "2s",
+    }
+    started = time.monotonic()
+    try:
+        with Sandbox() as sandbox:
+            client = defilens.Client(base_url=sandbox.url)
+            with pytest.raises(defilens.HistoryError, match="silent-bucket"):
+                client.collect(["bitcoin"], "1s", count=1, out="s3://silent-bucket/h", storage_options=options)
+        assert time.monotonic() - started < 60
+        assert accepted, "the collector never reached the endpoint"
+    finally:
+        stop.set()
+        listener.close()
+        for connection in accepted:
+            connection.close()
+
+
+def test_the_cli_says_one_line_when_the_object_store_is_down(tmp_path) -> None:
+    port = _free_port()  # nothing listens there
+    run = subprocess.run(
+        CLI
+        + ["collect", "bitcoin", "--sandbox", "--every", "1s", "--count", "1", "--out", "s3://gone/h"]
+        + [f"--storage-option=aws_endpoint_url=http://127.0.0.1:{port}", "--storage-option=aws_allow_http=true"]
+        + ["--storage-option=aws_access_key_id=a", "--storage-option=aws_secret_access_key=b"]
+        + ["--storage-option=aws_region=us-east-1", "--storage-option=retry_timeout=2s"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.startswith("defilens: error:") and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert list(tmp_path.iterdir()) == []  # no stray local s3:/ folder
 
 
 def test_storage_options_are_for_urls_only(tmp_path) -> None:
-    with pytest.raises(ValueError, match="storage_options apply to object storage"):
-        defilens.scan(tmp_path, "snapshot", storage_options={"aws_region": "x"})
+    with pytest.raises(ValueError, match="storage_options"):
+        defilens.scan(tmp_path, "indicators", storage_options={"aws_region": "x"})
+    with Sandbox() as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], progress=False)
+    with pytest.raises(ValueError, match="storage_options"):
+        frames.write(tmp_path / "f", storage_options={"aws_region": "x"})

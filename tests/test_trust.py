@@ -76,7 +76,7 @@ def test_collect_against_a_service_that_is_down_stops_after_three_rounds(tmp_pat
     client = defilens.Client(base_url="http://127.0.0.1:9", max_retries=0, **FAST)
     rounds = []
     with pytest.raises(defilens.ConnectionError):
-        defilens._collect.collect(
+        defilens.collect(
             client, ["bitcoin"], "0.05s", count=10, out=tmp_path / "h", on_round=lambda n, f: rounds.append(n)
         )
     assert rounds == [1, 2, 3]
@@ -376,7 +376,7 @@ def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path
     import signal
     import threading
 
-    from defilens._frames import _write_atomically
+    from defilens._frames import write_file
 
     frame = pl.DataFrame({"x": list(range(300_000)), "y": [str(i) for i in range(300_000)]})
     target = tmp_path / "frame.parquet"
@@ -387,7 +387,7 @@ def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path
         timer = threading.Timer(rng.uniform(0.0, 0.05), os.kill, (os.getpid(), signal.SIGINT))
         try:
             timer.start()
-            _write_atomically(frame, target, "parquet")
+            write_file(frame, str(target), "parquet")
             timer.join()
         except KeyboardInterrupt:
             interrupted += 1

@@ -24,6 +24,7 @@ from ._exceptions import (
     DecodeError,
     DefiLensError,
     DefiLensWarning,
+    HistoryError,
     NotFoundError,
     PermissionDeniedError,
     RateLimitError,
@@ -32,9 +33,9 @@ from ._exceptions import (
     TimeoutError,
     TransportError,
 )
-from ._frames import INTERVAL, Frames, concat, read, scan
-from ._history import compact, reparse
+from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
+from .history import collect, compact, convert, reparse, scan
 
 __all__ = [
     "Client",
@@ -46,8 +47,10 @@ __all__ = [
     "parse_markets",
     "concat",
     "read",
+    "collect",
     "scan",
     "compact",
+    "convert",
     "reparse",
     "testing",
     "DefiLensError",
@@ -65,5 +68,6 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "DecodeError",
+    "HistoryError",
     "__version__",
 ]

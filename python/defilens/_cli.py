@@ -14,11 +14,12 @@ from typing import Iterator, List, Optional, Sequence
 import polars as pl
 
 from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
-from ._collect import collect, parse_every
 from ._core import Sandbox
+from ._duration import parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
-from ._history import compact
+from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert
+from .history._collect import prepare as prepare_root
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -85,13 +86,18 @@ def _parser() -> argparse.ArgumentParser:
 
     coll = sub.add_parser(
         "collect",
-        help="poll tokens on a schedule into a Parquet history",
-        description="Poll tokens every --every and append each round to a Hive-partitioned Parquet history that defilens.scan(DIR, frame) reads.",
+        help="poll tokens on a schedule into a history of Delta tables",
+        description=(
+            "Poll tokens every --every and commit each round to a history of Delta Lake tables, one a frame "
+            "(DIR/<frame>/, partitioned by date), every round exactly once in every table; several collectors may "
+            "write one DIR at once. Read it with defilens.scan(DIR, frame), polars' scan_delta, DuckDB's delta_scan, "
+            'Spark or pandas. Needs pip install "defilens[history]".'
+        ),
     )
     coll.add_argument("tokens", nargs="+", metavar="TOKEN")
     coll.add_argument("--every", required=True, help="interval between rounds: 30s, 5m, 1h")
     coll.add_argument("--count", type=int, help="stop after N rounds (default: until Ctrl-C)")
-    coll.add_argument("--out", required=True, help="history folder")
+    coll.add_argument("--out", required=True, help="the history: a folder, or s3://bucket/prefix")
     coll.add_argument(
         "--markets",
         action=argparse.BooleanOptionalAction,
@@ -101,25 +107,49 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument(
         "--max-failed-rounds",
         type=int,
-        default=3,
-        help="stop after this many rounds in a row in which every request failed (default 3)",
+        default=DEFAULT_MAX_FAILED_ROUNDS,
+        help=f"stop after this many rounds in a row in which every request failed (default {DEFAULT_MAX_FAILED_ROUNDS})",
     )
     coll.add_argument(
         "--raw",
         action="store_true",
-        help="also keep each round's response bodies (compressed) under DIR/raw/, for defilens.reparse",
+        help="also keep each round's response bodies in a raw table, for defilens.reparse and Sandbox.replay",
     )
-    coll.add_argument(
-        "--compact", action="store_true", help="rewrite each day into one file per frame once it has closed"
-    )
+    coll.add_argument("--compact", action="store_true", help="run `defilens compact` every hour as it goes")
+    storage_option(coll)
     connection_options(coll)
 
     comp = sub.add_parser(
         "compact",
-        help="rewrite each closed day of a history into one file per frame",
-        description="Rewrite each closed day (ended over an hour ago, UTC) of each frame of a collect history into one file sorted by token and fetched_at. The rows stay exactly the same; safe to rerun and to interrupt.",
+        help="compact a history's tables (optimize, sort closed days, checkpoint, vacuum)",
+        description=(
+            "Compact every table of a history with the engine: small files packed into large ones, each closed day "
+            "sorted by token, a checkpoint, log entries and files older than --retention removed. Safe while "
+            "collectors write, and safe to interrupt."
+        ),
     )
-    comp.add_argument("folder", metavar="DIR", help="the collect folder")
+    comp.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    comp.add_argument(
+        "--retention",
+        default="7d",
+        help="how far time travel reaches back afterwards (default 7d; at least 1h): older files are vacuumed",
+    )
+    comp.add_argument(
+        "--memory-budget", default="1GB", help="memory sorting a day may use before it spills to disk (default 1GB)"
+    )
+    comp.add_argument("--no-sort", action="store_true", help="pack files only; do not sort closed days by token")
+    storage_option(comp)
+
+    conv = sub.add_parser(
+        "convert",
+        help="turn a history of earlier versions (Hive-partitioned Parquet) into Delta tables, in place",
+        description=(
+            "Turn a history written by an earlier defilens (DIR/<frame>/date=YYYY-MM-DD/*.parquet) into the Delta "
+            "tables collect writes now, in place. Safe to rerun; an interrupted conversion resumes."
+        ),
+    )
+    conv.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    storage_option(conv)
 
     sb = sub.add_parser(
         "sandbox",
@@ -149,6 +179,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def storage_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option for object storage, as polars and delta-rs take them (e.g. aws_region=eu-west-1); repeatable. "
+        "The standard AWS_* environment variables work too",
+    )
+
+
+def _storage_options(args: argparse.Namespace) -> "Optional[dict[str, str]]":
+    options = {}
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--storage-option takes KEY=VALUE, got {item!r}")
+        options[key.strip()] = value
+    return options or None
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -159,16 +210,19 @@ def _port(text: str) -> int:
     return port
 
 
-def _writable_folder(path: str) -> Path:
+def _writable_folder(path: str) -> None:
     """Makes sure ``--out`` can be written before any request, so a bad path never throws away
-    a finished fetch."""
+    a finished fetch. An object storage URL is left to the upload."""
+    if not path.strip():
+        raise ValueError("--out is empty: give a folder such as out/ or a URL such as s3://bucket/out")
+    if "://" in path:
+        return
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {path!r} is a file; give a folder")
     folder.mkdir(parents=True, exist_ok=True)
     if not os.access(folder, os.W_OK):
         raise ValueError(f"--out {path!r} is not writable")
-    return folder
 
 
 @contextlib.contextmanager
@@ -323,8 +377,10 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    parse_every(args.every)  # fail on a bad interval or folder before starting a Sandbox
-    _writable_folder(args.out)
+    # Fail on a bad interval or root before starting a Sandbox or sending anything.
+    parse_every(args.every)
+    options = _storage_options(args)
+    prepare_root(args.out, options)
     rounds_done = 0
 
     def report(round_number: int, frames: Frames) -> None:
@@ -351,20 +407,42 @@ def _collect(args: argparse.Namespace) -> int:
                 max_failed_rounds=args.max_failed_rounds,
                 raw=args.raw,
                 compact=args.compact,
+                storage_options=options,
             )
         except KeyboardInterrupt:
-            print(f"stopped after {rounds_done} rounds; history in {args.out}/", file=sys.stderr)
+            print(f"stopped after {rounds_done} rounds; history in {args.out}", file=sys.stderr)
             return EXIT_INTERRUPTED
-    print(f"wrote {rounds_done} rounds to {Path(args.out)}/ (read with defilens.scan({str(args.out)!r}, 'indicators'))")
+    print(f"committed {rounds_done} rounds to {args.out} (read with defilens.scan({str(args.out)!r}, 'indicators'))")
     return 0
 
 
 def _compact(args: argparse.Namespace) -> int:
-    report = compact(args.folder)
-    print(
-        f"compacted {report['partitions']} day partitions: {report['files_before']:,} files became "
-        f"{report['files_after']:,}; {report['skipped_open']} partitions not closed yet were left alone"
+    report = compact(
+        args.folder,
+        retention=args.retention,
+        memory_budget=args.memory_budget,
+        sort=not args.no_sort,
+        storage_options=_storage_options(args),
     )
+    print(
+        f"compacted: {report['files_before']:,} data files became {report['files_after']:,} "
+        f"({report['files_removed']:,} packed into {report['files_added']:,}), {report['days_sorted']} closed days "
+        f"sorted by token, {report['files_vacuumed']:,} old files vacuumed"
+    )
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    report = convert(args.folder, storage_options=_storage_options(args))
+    if not report["tables"]:
+        print(f"{args.folder} holds no table in the old layout: nothing to convert")
+        return 0
+    rewritten = (
+        f" ({', '.join(report['rewritten'])} rewritten: their interval column needed a new type)"
+        if report["rewritten"]
+        else ""
+    )
+    print(f"converted {report['tables']} tables, {report['rows']:,} rows, to Delta tables in place{rewritten}")
     return 0
 
 
@@ -401,13 +479,19 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"fetch": _fetch, "collect": _collect, "compact": _compact, "sandbox": _sandbox}[args.command]
+    handler = {
+        "fetch": _fetch,
+        "collect": _collect,
+        "compact": _compact,
+        "convert": _convert,
+        "sandbox": _sandbox,
+    }[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (DefiLensError, ValueError, TypeError, OSError) as error:
+    except (DefiLensError, ValueError, TypeError, OSError, ImportError) as error:
         print(f"defilens: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -6,7 +6,7 @@ import datetime
 import ipaddress
 import os
 import warnings
-from typing import Any, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -236,26 +236,28 @@ class Client(_BaseClient):
         count: Optional[int] = None,
         out: Union[str, "os.PathLike[str]"],
         markets: bool = True,
+        on_round: Optional[Callable[[int, Frames], None]] = None,
         progress: Optional[bool] = False,
-        max_failed_rounds: int = 3,
+        max_failed_rounds: Optional[int] = None,
         raw: bool = False,
         compact: bool = False,
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> int:
-        """Fetches ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) and appends each
-        round to a Hive-partitioned Parquet history at ``out`` (read it with `defilens.scan`).
+        """Polls ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) into a history of
+        Delta tables at ``out``: `defilens.collect` with this client (read it with
+        `defilens.scan`). Needs ``pip install "defilens[history]"``.
 
-        Keeps to the schedule without drift, writes each file atomically, stops after ``count``
-        rounds (``None``: until Ctrl-C). Returns the number of rounds written. ``raw=True`` also
+        Every round lands exactly once in every table, also after a crash (the next run finishes
+        it); several collectors may write one history at once. Stops after ``count`` rounds
+        (``None``: until Ctrl-C) and returns the number of rounds committed; ``on_round(n,
+        frames)`` is called after each round is committed. ``raw=True`` also
         keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        ``compact=True`` rewrites each day into one file per frame once it has closed. ``out`` may
-        be an object storage URL (``s3://bucket/prefix``) with polars-style ``storage_options``.
-
-        Fails loudly: a round in which every request failed is a failed round. An
-        authentication or permission failure raises at once; ``max_failed_rounds`` failed
-        rounds in a row raise the last error. Failures of single tokens never stop it.
+        ``compact=True`` runs `defilens.compact` as it goes. ``out`` may be an object storage URL
+        (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
+        permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
+        which every request failed raise the last error.
         """
-        from ._collect import collect
+        from .history import DEFAULT_MAX_FAILED_ROUNDS, collect
 
         return collect(
             self,
@@ -264,8 +266,9 @@ class Client(_BaseClient):
             count=count,
             out=out,
             markets=markets,
+            on_round=on_round,
             progress=progress,
-            max_failed_rounds=max_failed_rounds,
+            max_failed_rounds=DEFAULT_MAX_FAILED_ROUNDS if max_failed_rounds is None else max_failed_rounds,
             raw=raw,
             compact=compact,
             storage_options=storage_options,

@@ -21,6 +21,7 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "DecodeError",
+    "HistoryError",
 ]
 
 
@@ -153,3 +154,10 @@ class DecodeError(DefiLensError):
         super().__init__(message, token=token, endpoint=endpoint, kind=kind)
         self.field = field
         self.offset = offset
+
+
+class HistoryError(DefiLensError):
+    """A history cannot be written or read as asked: its root is a file or read-only, a table at
+    a frame's path is not one of ours, it is in the layout of an earlier version (run
+    ``defilens convert``), or its storage failed (a full disk, an object store that is down or
+    never answers). The message says what to do; the history itself is left as it was."""

@@ -15,7 +15,7 @@ import polars as pl
 
 from . import _core
 
-__all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read", "scan"]
+__all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
 #: Candle intervals ordered by duration; the dtype of every ``interval`` column.
 INTERVAL = pl.Enum(list(_core.INTERVALS))
@@ -25,6 +25,19 @@ FRAME_NAMES: Tuple[str, ...] = tuple(_core.FRAME_NAMES)
 
 PathLike = Union[str, "os.PathLike[str]"]
 RawItem = Tuple[str, str, bytes]
+
+#: The file formats `Frames.write` writes.
+FORMATS = ("parquet", "csv", "ndjson")
+
+#: `Frames.bodies`: one row a response body received.
+BODIES_SCHEMA = {
+    "token": pl.String(),
+    "endpoint": pl.String(),
+    "fetched_at": pl.Datetime("ms", "UTC"),
+    "status": pl.Int64(),
+    "error": pl.String(),
+    "body": pl.Binary(),
+}
 
 
 def _loads(body: bytes) -> Any:
@@ -135,6 +148,42 @@ class Frames:
             yield name, getattr(self, name)
         yield "errors", self.errors
 
+    @property
+    def exceptions(self) -> "list[Exception]":
+        """The exceptions behind the failed rows of `log`, in order (``raise frames.exceptions[-1]``
+        re-raises the last failure as `Client.token` would have)."""
+        return list(self._exceptions)
+
+    def bodies(self) -> pl.DataFrame:
+        """Every response body received, one row each, as bytes: ``token``, ``endpoint``,
+        ``fetched_at``, ``status``, ``error`` (the log's message for a body that could not be
+        decoded, else null) and ``body``. What ``collect(raw=True)`` keeps and
+        `defilens.parse_tokens` reads again."""
+        source = self._raw_source
+        pairs: Iterable[RawItem] = [] if source is None else (source if isinstance(source, list) else source.items())
+        received = list(pairs)
+        bodies = pl.DataFrame(
+            {
+                "token": [token for token, _, _ in received],
+                "endpoint": [endpoint for _, endpoint, _ in received],
+                "body": [bytes(body) for _, _, body in received],
+            },
+            schema={"token": pl.String, "endpoint": pl.String, "body": pl.Binary},
+        )
+        exchanges = (
+            self.log.select(
+                "token",
+                pl.col("endpoint").cast(pl.String),
+                pl.col("fetched_at").cast(pl.Datetime("ms", "UTC")),
+                pl.col("status").cast(pl.Int64),
+                pl.when(pl.col("ok")).then(None).otherwise(pl.col("message")).cast(pl.String).alias("error"),
+            )
+            # A body comes with a 2xx answer; the last such exchange of a (token, endpoint) is its own.
+            .filter(pl.col("status").is_between(200, 299))
+            .unique(["token", "endpoint"], keep="last", maintain_order=True)
+        )
+        return bodies.join(exchanges, on=["token", "endpoint"], how="left").select(list(BODIES_SCHEMA))
+
     def write(
         self,
         path: PathLike,
@@ -143,34 +192,28 @@ class Frames:
         raw: bool = False,
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> Union[Path, str]:
-        """Writes every frame to ``path/<frame>.<format>`` (a folder) and returns the folder.
+        """Writes every frame to ``path/<frame>.<format>`` (a folder) and returns the folder (a
+        `Path`, or the URL for object storage).
 
         ``format`` is ``"parquet"`` (round-trips every dtype; read back with `defilens.read`),
         ``"csv"`` or ``"ndjson"`` (lists and datetimes become text). ``raw=True`` also writes
-        the response bodies to ``path/raw.parquet``, which `Sandbox.replay` serves. ``path`` may
-        be an object storage URL (``s3://bucket/prefix``) with polars-style ``storage_options``;
-        no file or object ever appears half-written under its final name.
+        the response bodies (`Frames.bodies`) to ``path/raw.parquet``, which `Sandbox.replay`
+        serves. ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
+        ``storage_options``; no file or object ever appears half-written under its final name.
         """
-        from ._storage import location
-
-        where = location(path, storage_options)
+        if format not in FORMATS:
+            raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
+        folder = _folder(path, storage_options)
         tables = list(self.items())
         if raw:
-            from ._history import raw_frame
-
             first = self.log["fetched_at"].min() if self.log.height else None
             started = first if isinstance(first, dt.datetime) else dt.datetime.now(dt.timezone.utc)
-            tables.append(("raw", raw_frame(self, started)))
-        if isinstance(where, Path):
-            where.mkdir(parents=True, exist_ok=True)
+            bodies = self.bodies().with_columns(pl.lit(started).cast(pl.Datetime("ms", "UTC")).alias("round_start"))
+            tables.append(("raw", bodies.select("round_start", *BODIES_SCHEMA)))
         for name, frame in tables:
             file_format = "parquet" if name == "raw" else format
-            if isinstance(where, Path):
-                _write_atomically(frame, where / f"{name}.{file_format}", file_format)
-            else:
-                text_ready = frame if file_format == "parquet" else _for_text_formats(frame)
-                where.write(text_ready, where.join(f"{name}.{file_format}"), file_format)
-        return where if isinstance(where, Path) else where.url
+            write_file(frame, f"{folder}/{name}.{file_format}", file_format, storage_options)
+        return folder if _is_url(folder) else Path(folder)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Frames is read-only; use its DataFrames' methods to derive new ones")
@@ -232,24 +275,56 @@ def _ctrl_c_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _write_atomically(frame: pl.DataFrame, target: Path, format: str) -> None:
-    """Writes to a temporary file beside ``target`` and renames it, so a crash or Ctrl-C
-    never leaves a half-written file under the final name."""
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _folder(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> str:
+    """A folder to write frames to: an object storage URL as it is, or a local folder, made."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the folder to write to is empty: give a folder such as out/ or a URL such as s3://bucket/out")
+    if _is_url(text):
+        return text.rstrip("/")
+    if storage_options:
+        raise ValueError("storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths")
+    folder = Path(text.removeprefix("file://"))
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{text!r} is a file; give a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+def write_file(
+    frame: pl.DataFrame, target: str, format: str, storage_options: Optional[Mapping[str, Any]] = None
+) -> None:
+    """Writes one frame, whole or not at all, locally or to object storage: a local file is
+    written beside its target and renamed (a Ctrl-C waits for the rename), an object is uploaded
+    by polars and appears when its upload completes."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
+    ready = frame if format == "parquet" else _for_text_formats(frame)
+    if _is_url(target):
+        _sink(ready, target, format, dict(storage_options or {}))
+        return
     with _ctrl_c_deferred():
-        _write_then_rename(frame, target, format)
+        _write_then_rename(ready, Path(target), format)
+
+
+def _sink(frame: pl.DataFrame, target: Any, format: str, storage_options: "Optional[dict[str, Any]]" = None) -> None:
+    lazy = frame.lazy()
+    if format == "parquet":
+        lazy.sink_parquet(target, storage_options=storage_options)
+    elif format == "csv":
+        lazy.sink_csv(target, storage_options=storage_options)
+    else:
+        lazy.sink_ndjson(target, storage_options=storage_options)
 
 
 def _write_then_rename(frame: pl.DataFrame, target: Path, format: str) -> None:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        if format == "parquet":
-            frame.write_parquet(temporary)
-        elif format == "csv":
-            _for_text_formats(frame).write_csv(temporary)
-        elif format == "ndjson":
-            _for_text_formats(frame).write_ndjson(temporary)
-        else:
-            raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
+        _sink(frame, temporary, format)
         os.replace(temporary, target)
     finally:
         _discard(temporary)
@@ -278,24 +353,25 @@ def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
 def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Frames:
     """Reads a folder written by `Frames.write` (Parquet) back into `Frames`; ``path`` may be an
     object storage URL with ``storage_options``."""
-    from ._storage import location
-
-    where = location(path, storage_options)
+    text = os.fspath(path)
+    if not _is_url(text):
+        if storage_options:
+            raise ValueError(
+                "storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths"
+            )
+        if not Path(text).is_dir():
+            raise FileNotFoundError(f"no Frames folder at {text!r}")
     frames = {}
-    if isinstance(where, Path):
-        if not where.is_dir():
-            raise FileNotFoundError(f"no Frames folder at {str(where)!r}")
-        for name in FRAME_NAMES:
-            file = where / f"{name}.parquet"
-            if file.exists():
-                frames[name] = _restore_dtypes(pl.read_parquet(file))
-    else:
-        for name in FRAME_NAMES:
-            url = where.join(f"{name}.parquet")
-            if where.exists(url):
-                frames[name] = _restore_dtypes(where.read(url))
+    for name in FRAME_NAMES:
+        target = f"{text.rstrip('/')}/{name}.parquet"
+        if not _is_url(text) and not Path(target).exists():
+            continue
+        try:
+            frames[name] = _restore_dtypes(pl.read_parquet(target, storage_options=dict(storage_options or {}) or None))
+        except FileNotFoundError:
+            continue
     if not frames:
-        raise FileNotFoundError(f"{os.fspath(path)!r} holds no <frame>.parquet files written by Frames.write")
+        raise FileNotFoundError(f"{text!r} holds no <frame>.parquet files written by Frames.write")
     return Frames(frames)
 
 
@@ -315,41 +391,6 @@ def concat(frames: Sequence[Frames]) -> Frames:
         if source is not None:
             raw.extend(source if isinstance(source, list) else source.items())
     return Frames(stacked, raw, [error for f in frames for error in f._exceptions])
-
-
-def scan(
-    path: PathLike, frame: str = "indicators", *, storage_options: Optional[Mapping[str, Any]] = None
-) -> pl.LazyFrame:
-    """A `pl.LazyFrame` over the history written by `Client.collect` / ``defilens collect``.
-
-    ``path`` is the collect folder; ``frame`` one of the frame names, ``"errors"`` (the
-    history's ``log`` filtered to the failed exchanges, as `Frames.errors` is) or ``"raw"`` (the
-    response bodies kept by ``collect(..., raw=True)``). The history is
-    Hive-partitioned Parquet (``path/<frame>/date=YYYY-MM-DD/*.parquet``), so polars, DuckDB or
-    Spark can also read it directly.
-    """
-    from ._storage import location
-
-    if frame == "errors":
-        return scan(path, "log", storage_options=storage_options).filter(~pl.col("ok"))
-    if frame not in FRAME_NAMES and frame != "raw":
-        raise ValueError(f"frame must be one of {', '.join(FRAME_NAMES)}, errors or raw, got {frame!r}")
-    where = location(path, storage_options)
-    if isinstance(where, Path):
-        folder = where / frame
-        if not folder.is_dir():
-            raise FileNotFoundError(f"no {frame!r} history under {str(path)!r} (is it a collect folder?)")
-        lazy = pl.scan_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True)
-    else:
-        if not where.is_dir(where.join(frame)):
-            raise FileNotFoundError(f"no {frame!r} history under {where.url!r} (is it a collect folder?)")
-        lazy = pl.scan_parquet(
-            where.join(frame, "**", "*.parquet"), hive_partitioning=True, storage_options=where.storage_options
-        )
-    schema = lazy.collect_schema()
-    if "interval" in schema and schema["interval"] != INTERVAL:
-        lazy = lazy.with_columns(pl.col("interval").cast(pl.String).cast(INTERVAL))
-    return lazy
 
 
 def _from_core(result: "dict[str, Any]") -> Frames:

@@ -1,0 +1,166 @@
+"""Polling on a schedule into a history of Delta tables, every round exactly once in every table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
+
+from .._duration import parse_every
+from .._exceptions import DefiLensWarning
+from ._layout import check_writable_layout
+from ._root import PathLike, Root, check_writable, root_of
+from ._rounds import Round, round_of_fetch, tables_of
+from ._spool import Spool
+from ._tables import commit_round
+
+if TYPE_CHECKING:
+    from .._client import Client
+    from .._frames import Frames
+
+#: Rounds in a row in which every request failed before `collect` gives up (with the last error).
+DEFAULT_MAX_FAILED_ROUNDS = 3
+
+#: How often `collect(compact=True)` compacts the history as it goes.
+COMPACT_EVERY = dt.timedelta(hours=1)
+
+#: Failures that no later round can mend: the key is wrong or lacks permission.
+STOP_AT_ONCE = ("auth", "forbidden")
+
+
+def new_collector_id() -> str:
+    """A collector's app id in every table's log: unique per run, so two collectors (or a
+    restarted one) never take each other's rounds for their own."""
+    return f"defilens-{uuid.uuid4().hex[:16]}"
+
+
+def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
+    """Puts the spooled round in every table it belongs to (once, whatever happened before),
+    then takes it out of the spool."""
+    tables, _ = tables_of(round_)
+    commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+    spool.drop(path)
+
+
+def recover(root: Root, spool: Optional[Spool] = None) -> int:
+    """Commits every round an interrupted collector left in the spool to the tables it is missing
+    from; returns how many rounds were finished."""
+    spool = spool or Spool(root)
+    finished = 0
+    for path, round_ in spool.pending():
+        commit(root, spool, round_, path)
+        finished += 1
+    return finished
+
+
+def _check_positive_int(name: str, value: object, *, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        expected = "a positive int or None" if none_ok else "a positive int"
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def prepare(out: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root:
+    """Checks a root for collecting (before any request is sent): it must be writable and hold
+    nothing but a defilens history."""
+    root = root_of(out, storage_options)
+    check_writable(root)
+    check_writable_layout(root)
+    return root
+
+
+def collect(
+    client: "Client",
+    token_ids: Iterable[str],
+    every: Union[str, float, dt.timedelta],
+    *,
+    count: Optional[int] = None,
+    out: PathLike,
+    markets: bool = True,
+    on_round: Optional[Callable[[int, "Frames"], None]] = None,
+    progress: Optional[bool] = False,
+    max_failed_rounds: int = DEFAULT_MAX_FAILED_ROUNDS,
+    raw: bool = False,
+    compact: bool = False,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> int:
+    """Fetches ``token_ids`` every ``every`` and commits each round to the history at ``out``:
+    one Delta table a frame (``out/<frame>/``, partitioned by ``date``), read with
+    `defilens.scan`, polars' ``scan_delta``, DuckDB's ``delta_scan``, Spark or pandas.
+
+    Every round lands exactly once in every table, whatever happens: it is written ahead to a
+    spool under ``out``, then committed to each table with an app transaction (the run's
+    collector id and the round's number), then dropped from the spool; after a crash or a
+    ``kill -9`` the next `collect` on ``out`` first finishes what was fetched. Several
+    collectors (token shards, machines) may write one history at once.
+
+    Rounds start on a fixed grid (start + k * every), so slow rounds do not make the schedule
+    drift; a round that overruns skips the ticks it missed. Stops after ``count`` rounds
+    (``None``: until Ctrl-C) and returns the number of rounds committed. ``raw`` also keeps the
+    response bodies in a ``raw`` table (`defilens.reparse` rebuilds the frames from it);
+    ``compact`` runs `defilens.compact` every hour as it goes. ``out`` may be an object storage URL
+    (``s3://bucket/prefix``) with polars-style ``storage_options``.
+
+    Fails loudly: an authentication or permission failure raises at once, and
+    ``max_failed_rounds`` rounds in a row in which every request failed raise the last error.
+    Failures of single tokens never stop it. Needs ``pip install "defilens[history]"``.
+    """
+    interval = parse_every(every)
+    _check_positive_int("count", count, none_ok=True)
+    _check_positive_int("max_failed_rounds", max_failed_rounds)
+    if isinstance(token_ids, str):
+        token_ids = [token_ids]
+    ids = list(token_ids)
+    if not ids:
+        raise ValueError("collect needs at least one token id")
+    root = prepare(out, storage_options)
+    spool = Spool(root)
+    finished = recover(root, spool)
+    if finished:
+        warnings.warn(
+            f"finished {finished} round(s) that an interrupted collect had fetched but not committed to every table",
+            DefiLensWarning,
+            stacklevel=2,
+        )
+    app_id = new_collector_id()
+    origin = time.monotonic()
+    rounds = 0
+    failed_in_a_row = 0
+    last_compacted: Optional[float] = None
+    tick = 0
+    while count is None or rounds < count:
+        due = origin + tick * interval
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        started = dt.datetime.now(dt.timezone.utc)
+        with warnings.catch_warnings():
+            # A round in which everything failed is handled below, not warned about each time.
+            warnings.simplefilter("ignore", DefiLensWarning)
+            frames = client.fetch(ids, markets=markets, progress=progress)
+        round_ = round_of_fetch(frames, app_id, rounds, started, keep_raw=raw)
+        path = spool.put(round_)
+        commit(root, spool, round_, path)
+        rounds += 1
+        if compact and (last_compacted is None or time.monotonic() - last_compacted >= COMPACT_EVERY.total_seconds()):
+            from ._compact import compact as compact_history
+
+            compact_history(root.url, storage_options=storage_options)
+            last_compacted = time.monotonic()
+        if on_round is not None:
+            on_round(rounds, frames)
+        errors = frames.exceptions
+        if frames.log.height and not frames.log.get_column("ok").any() and errors:
+            failed_in_a_row += 1
+            last_error = errors[-1]
+            if getattr(last_error, "kind", None) in STOP_AT_ONCE or failed_in_a_row >= max_failed_rounds:
+                raise last_error
+        else:
+            failed_in_a_row = 0
+        # The next tick on the grid that is still in the future.
+        elapsed_ticks = (time.monotonic() - origin) / interval
+        tick = max(tick + 1, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
+    return rounds

@@ -1,0 +1,212 @@
+"""Compaction by the engine: delta-rs's optimize, z-order of closed days, checkpoints, log
+cleanup and vacuum. Safe at any moment on any partition while collectors append: optimize
+replaces files without changing rows and delta-rs checks its commit against the appends that
+landed meanwhile; vacuum only deletes files no version within the retention refers to."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from typing import Any, Dict, Mapping, Optional, Union
+
+from .._duration import parse_every
+from .._exceptions import HistoryError
+from ._layout import State, states
+from ._root import PathLike, Root, require, root_of
+from ._tables import PARTITION, TABLES, load, one_line
+
+#: How long time travel reaches back unless the caller says otherwise.
+DEFAULT_RETENTION = dt.timedelta(days=7)
+#: The shortest retention accepted: vacuum must never delete a file a collector is still
+#: committing (a commit takes seconds; an hour leaves room for a slow object store).
+MIN_RETENTION = dt.timedelta(hours=1)
+#: A day is closed (no round of a running collect lands in it any more) this long after it ends.
+CLOSED_AFTER = dt.timedelta(hours=1)
+#: The memory z-order may use before it spills to disk, unless the caller says otherwise.
+DEFAULT_MEMORY_BUDGET = 1 << 30
+#: Small files are packed into files of about this size.
+DEFAULT_TARGET_SIZE = 128 << 20
+#: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
+SORTED = "_defilens/sorted"
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*", re.IGNORECASE)
+
+
+def parse_bytes(value: Union[int, str], name: str) -> int:
+    """``1GB``, ``512MiB``, ``300mb`` or a number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
+        unit = match.group(2).lower().rstrip("b").rstrip("i")
+        number = float(match.group(1)) * 1024 ** " kmgt".index(unit or " ")
+    else:
+        raise ValueError(f"{name} must be a number of bytes or a size such as 1GB or 512MB, got {value!r}")
+    if not 1 << 20 <= number <= 1 << 50:
+        raise ValueError(f"{name} must be between 1MB and 1PB, got {value!r}")
+    return int(number)
+
+
+def _retention(value: Union[str, float, dt.timedelta]) -> dt.timedelta:
+    retention = dt.timedelta(seconds=parse_every(value, "retention"))
+    if retention < MIN_RETENTION:
+        raise ValueError(
+            f"retention must be at least {MIN_RETENTION} so that vacuum never deletes files a collector is still "
+            f"committing, got {value!r}"
+        )
+    return retention
+
+
+def _closed(day: dt.date, now: dt.datetime) -> bool:
+    day_end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+    return now - day_end >= CLOSED_AFTER
+
+
+def _sorted_days(root: Root, name: str) -> "set[str]":
+    obstore = require("obstore")
+    try:
+        listed = [meta["path"] for batch in obstore.list(root.store(), prefix=f"{SORTED}/{name}/") for meta in batch]
+    except FileNotFoundError:
+        return set()
+    return {path.rsplit("/", 1)[-1] for path in listed}
+
+
+def _mark_sorted(root: Root, name: str, day: str) -> None:
+    require("obstore").put(root.store(), f"{SORTED}/{name}/{day}", b"")
+
+
+def compact(
+    path: PathLike,
+    *,
+    retention: Union[str, float, dt.timedelta] = DEFAULT_RETENTION,
+    sort: bool = True,
+    memory_budget: Union[int, str] = DEFAULT_MEMORY_BUDGET,
+    target_size: Union[int, str] = DEFAULT_TARGET_SIZE,
+    now: Optional[dt.datetime] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, int]:
+    """Compacts every table of the history at ``path`` with the engine (delta-rs), and returns
+    counts: ``files_before``, ``files_after``, ``files_removed``/``files_added`` by optimize,
+    ``days_sorted``, ``files_vacuumed``.
+
+    1. optimize: each partition's small files (a round is one file a table) are packed into files
+       of about ``target_size``, partitions side by side on every core; today's partition too.
+    2. sort: each closed day (ended over an hour ago, UTC) not sorted yet is z-ordered by token,
+       spilling to disk past ``memory_budget`` (``sort=False`` skips it): one token's query then
+       reads a fraction of the files.
+    3. a checkpoint, and log entries older than ``retention`` are cleaned up.
+    4. vacuum: files that no version within ``retention`` refers to are deleted.
+
+    ``retention`` (default a week, at least an hour) is how far `scan(..., as_of=...)` reaches
+    back afterwards. Safe at any moment, also while collectors append to the same partitions:
+    rows are never lost or doubled, and an interrupted compaction leaves the tables as they were.
+    ``now`` (default: the wall clock) decides which days are closed.
+    """
+    retention_span = _retention(retention)
+    budget = parse_bytes(memory_budget, "memory_budget")
+    target = parse_bytes(target_size, "target_size")
+    now = now or dt.datetime.now(dt.timezone.utc)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    root = root_of(path, storage_options)
+    found = states(root)
+    if all(value is State.MISSING for value in found.values()):
+        raise FileNotFoundError(f"no history at {root.url!r}")
+    if any(value is State.OLD_LAYOUT for value in found.values()):
+        from ._layout import convert_hint
+
+        raise HistoryError(convert_hint(root))
+    deltalake = require("deltalake")
+    report = {
+        "files_before": 0,
+        "files_after": 0,
+        "files_removed": 0,
+        "files_added": 0,
+        "days_sorted": 0,
+        "files_vacuumed": 0,
+    }
+    workers = os.cpu_count() or 1
+    hours = retention_span.total_seconds() / 3600
+    for name in TABLES:
+        if found[name] is not State.DELTA:
+            continue
+        table = load(root, name)
+        if table is None:
+            continue
+        try:
+            report["files_before"] += len(table.file_uris())
+            metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
+            report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
+            report["files_added"] += int(metrics.get("numFilesAdded", 0))
+            if sort:
+                report["days_sorted"] += _sort_closed_days(root, name, now, budget, workers)
+            table = load(root, name)
+            assert table is not None
+            _keep_log_for(table, retention_span)
+            table.create_checkpoint()
+            table.cleanup_metadata()
+            vacuumed = table.vacuum(retention_hours=max(1, int(hours)), dry_run=False, enforce_retention_duration=False)
+            report["files_vacuumed"] += len(vacuumed)
+            report["files_after"] += len(load(root, name).file_uris())  # type: ignore[union-attr]
+        except deltalake.exceptions.CommitFailedError as error:
+            raise HistoryError(
+                f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was "
+                "lost: run it again"
+            ) from None
+        except (OSError, deltalake.exceptions.DeltaError) as error:
+            raise HistoryError(f"could not compact {root.table(name)!r}: {one_line(error)}") from None
+    return report
+
+
+def _keep_log_for(table: Any, retention: dt.timedelta) -> None:
+    """Makes log cleanup keep what time travel needs: the table property, set once (a property
+    change is a commit that collectors appending meanwhile retry after)."""
+    wanted = f"interval {int(retention.total_seconds() // 3600)} hours"
+    properties = table.metadata().configuration
+    changes = {
+        key: wanted
+        for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
+        if properties.get(key) != wanted
+    }
+    if changes and _hours(properties.get("delta.logRetentionDuration")) != retention.total_seconds() // 3600:
+        table.alter.set_table_properties(changes, raise_if_not_exists=False)
+
+
+def _hours(interval: Optional[str]) -> Optional[float]:
+    match = re.fullmatch(r"interval (\d+) (hours?|days?)", interval or "")
+    if not match:
+        return None
+    return int(match.group(1)) * (24 if match.group(2).startswith("day") else 1)
+
+
+def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, workers: int) -> int:
+    table = load(root, name)
+    if table is None:
+        return 0
+    done = _sorted_days(root, name)
+    days = sorted(
+        {
+            value
+            for partition in table.partitions()
+            if (value := partition.get(PARTITION)) is not None
+            and value not in done
+            and _closed(dt.date.fromisoformat(value), now)
+        }
+    )
+    deltalake = require("deltalake")
+    sorted_now = 0
+    for day in days:
+        table = load(root, name)
+        assert table is not None
+        try:
+            table.optimize.z_order(
+                ["token"],
+                partition_filters=[(PARTITION, "=", day)],
+                max_spill_size=budget,
+                max_concurrent_tasks=workers,
+            )
+        except deltalake.exceptions.CommitFailedError:
+            continue  # a late round landed in the day meanwhile: sorted on the next run
+        _mark_sorted(root, name, day)
+        sorted_now += 1
+    return sorted_now

@@ -1,0 +1,154 @@
+"""A round: what one poll fetched (its response bodies and its log), and the rows it gives each
+table. The same function builds the tables when a round is committed as it is collected, when a
+round is recovered from the spool after a crash, and when `reparse` rebuilds a history from its
+raw table, so the three can never disagree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+import polars as pl
+
+from .. import _core
+from .._exceptions import DecodeError
+from .._frames import Frames
+from ._tables import FETCHED_AT, PARTITION, RAW, UTC_MS, frame_schema
+
+
+@dataclass
+class Round:
+    """One poll: ``bodies`` (token, endpoint, fetched_at, status, error, body: every response
+    body received, decodable or not), ``log`` (the frames' log), when it started, and whether its
+    bodies are kept in the raw table. ``app_id`` and ``number`` name it in every table's commit."""
+
+    app_id: str
+    number: int
+    started: dt.datetime
+    bodies: pl.DataFrame
+    log: pl.DataFrame
+    keep_raw: bool
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        """What each table's commit of this round records beside its app transaction."""
+        return {
+            "defilens.collector": self.app_id,
+            "defilens.round": str(self.number),
+            "defilens.round_start": self.started.isoformat(),
+        }
+
+    # -- the spool's format: one zip of two Parquet files and the round's metadata --------------
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+            for name, frame in (("bodies.parquet", self.bodies), ("log.parquet", self.log)):
+                part = io.BytesIO()
+                frame.write_parquet(part, compression="zstd")
+                archive.writestr(name, part.getvalue())
+            meta = {
+                "app_id": self.app_id,
+                "number": self.number,
+                "started": self.started.isoformat(),
+                "keep_raw": self.keep_raw,
+            }
+            archive.writestr("round.json", json.dumps(meta))
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Round":
+        """Reads a spooled round; ValueError for anything that is not one (a foreign or damaged file)."""
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                meta = json.loads(archive.read("round.json"))
+                bodies = pl.read_parquet(io.BytesIO(archive.read("bodies.parquet")))
+                log = pl.read_parquet(io.BytesIO(archive.read("log.parquet")))
+            started = dt.datetime.fromisoformat(meta["started"])
+            return cls(str(meta["app_id"]), int(meta["number"]), started, bodies, log, bool(meta["keep_raw"]))
+        except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, pl.exceptions.PolarsError) as error:
+            raise ValueError(f"not a spooled round ({type(error).__name__}: {error})") from None
+
+
+def round_of_fetch(frames: Frames, app_id: str, number: int, started: dt.datetime, keep_raw: bool) -> Round:
+    """The round a `Client.fetch` gave: every body received (`Frames.bodies`) and the log."""
+    return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw)
+
+
+def _listing_frames(listing: pl.DataFrame) -> Tuple[Dict[str, pl.DataFrame], int]:
+    """Parses the listing bodies in one call into Rust; a body that fails is skipped (and
+    counted) without losing the others."""
+    bodies = listing["body"].to_list()
+    tokens = listing["token"].to_list()
+    times = listing["fetched_at"].dt.epoch("ms").to_list()
+    try:
+        return dict(_core.parse_tokens(bodies, tokens, times)), 0
+    except DecodeError:
+        pass
+    parts: List[Dict[str, pl.DataFrame]] = []
+    failed = 0
+    for body, token, at in zip(bodies, tokens, times, strict=True):
+        try:
+            parts.append(dict(_core.parse_token(body, token, at)))
+        except DecodeError:
+            failed += 1
+    empty = _core.empty_frames()
+    return {name: pl.concat([empty[name], *(p[name] for p in parts)], how="vertical") for name in empty}, failed
+
+
+def tables_of(round_: Round, *, with_log: bool = True) -> Tuple[Dict[str, pl.DataFrame], int]:
+    """The rows the round gives each table (``raw`` only when the round keeps its bodies), and
+    how many bodies could not be decoded (when fetched, or now): they are in ``raw`` with their
+    failure, and in no other table.
+    Every row carries ``fetched_at`` (the token's listing time where a frame has none, else the
+    round's start) and ``date``, the UTC day the round started."""
+    bodies = round_.bodies
+    decodable = bodies.filter(pl.col("error").is_null() & pl.col("body").is_not_null())
+    failed_before = bodies.height - decodable.height
+    frames, failed = _listing_frames(decodable.filter(pl.col("endpoint") == "listing"))
+    empty = _core.empty_frames()
+    frames = {name: frames.get(name, empty[name]) for name in empty}
+    markets, drift = [frames["markets"]], [frames["drift"]]
+    for token, at, body in (
+        decodable.filter(pl.col("endpoint") == "markets")
+        .select("token", pl.col("fetched_at").dt.epoch("ms"), "body")
+        .iter_rows()
+    ):
+        try:
+            frame, _total, body_drift = _core.parse_markets(body, token, at)
+        except DecodeError:
+            failed += 1
+            continue
+        markets.append(frame)
+        drift.append(body_drift)
+    frames["markets"] = pl.concat(markets, how="vertical")
+    frames["drift"] = pl.concat(drift, how="vertical")
+    frames["log"] = round_.log if with_log else frames["log"]
+    started = pl.lit(round_.started).cast(UTC_MS)
+    listing_times = frames["snapshot"].select("token", pl.col(FETCHED_AT).alias("_listing_at")).unique("token")
+    day = pl.lit(round_.started.astimezone(dt.timezone.utc).date()).alias(PARTITION)
+    tables: Dict[str, pl.DataFrame] = {}
+    for name, frame in frames.items():
+        if FETCHED_AT not in frame.columns:
+            frame = (
+                frame.join(listing_times, on="token", how="left")
+                .with_columns(pl.coalesce("_listing_at", started).alias(FETCHED_AT))
+                .drop("_listing_at")
+            )
+        tables[name] = frame.with_columns(day).select(list(frame_schema(name)))
+    if round_.keep_raw:
+        tables[RAW] = bodies.with_columns(started.alias("round_start"), day).select(list(frame_schema(RAW)))
+    return tables, failed_before + failed
+
+
+def empty_table(name: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=frame_schema(name))
+
+
+def as_frames(tables: Dict[str, Any]) -> Frames:
+    return Frames({name: frame.drop(PARTITION, strict=False) for name, frame in tables.items() if name != RAW})
