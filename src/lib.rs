@@ -13,7 +13,6 @@ mod batch;
 mod client;
 mod error;
 mod frames;
-mod history;
 mod memory;
 mod model;
 mod parse;
@@ -36,7 +35,6 @@ pub use frames::buffer_bytes::buffer_bytes;
 #[cfg(feature = "sandbox")]
 pub use frames::candles::candles_frame;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
-pub use history::swap::exchange as exchange_paths;
 pub use model::{Endpoint, INTERVALS};
 pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
 #[cfg(feature = "sandbox")]

@@ -464,3 +464,53 @@ def test_a_commit_that_fails_half_way_is_finished_by_the_next_run(tmp_path: Path
     with pytest.warns(defilens.DefiLensWarning, match="finished 1 round"):
         _collect(root, 1)
     assert assert_whole_rounds(root) == 9
+
+
+def test_a_column_added_between_rounds_keeps_every_round_readable(tmp_path: Path) -> None:
+    root = root_of(tmp_path / "h")
+    with Sandbox(now="2026-01-01T00:00:00Z") as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], progress=False)
+    app = new_collector_id()
+    first = round_of_fetch(frames, app, 0, dt.datetime.now(UTC), keep_raw=False)
+    tables, _ = tables_of(first)
+    commit_round(root, tables, app, 0, first.metadata)
+    # A later parser knows a new field: the next round's snapshot has one more column.
+    second = round_of_fetch(frames, app, 1, dt.datetime.now(UTC), keep_raw=False)
+    tables, _ = tables_of(second)
+    tables["snapshot"] = tables["snapshot"].with_columns(pl.lit(42.0).alias("brand_new_field"))
+    commit_round(root, tables, app, 1, second.metadata)
+    snapshot = defilens.scan(root.url, "snapshot").collect()
+    assert snapshot.height == 2 and sorted(snapshot["brand_new_field"].to_list(), key=str) == [42.0, None]
+
+
+def test_two_compactions_beside_a_collector_lose_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    done = threading.Event()
+    failures: "list[BaseException]" = []
+    ran: "list[int]" = []
+    refused: "list[int]" = []
+
+    def compact_repeatedly() -> None:
+        while not done.is_set():
+            try:
+                defilens.compact(root, retention="1h", now=dt.datetime(2030, 1, 1, tzinfo=UTC))
+                ran.append(1)
+            except defilens.HistoryError as error:  # the other one is running
+                assert "another compaction" in str(error)
+                refused.append(1)
+            except BaseException as error:
+                failures.append(error)
+                return
+
+    workers = [threading.Thread(target=compact_repeatedly) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        _collect(root, 8, compact=True)
+    finally:
+        done.set()
+        for worker in workers:
+            worker.join()
+    assert not failures and ran and refused
+    assert assert_whole_rounds(root) == 10 * 3

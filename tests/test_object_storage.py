@@ -206,3 +206,23 @@ def test_storage_options_are_for_urls_only(tmp_path) -> None:
         frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], progress=False)
     with pytest.raises(ValueError, match="storage_options"):
         frames.write(tmp_path / "f", storage_options={"aws_region": "x"})
+
+
+def test_one_compaction_at_a_time_in_s3_and_a_stale_lease_is_taken_over(bucket: str, s3: Dict[str, str]) -> None:
+    import json
+
+    root = f"{bucket}/leased"
+    with Sandbox(now="2026-01-01T00:00:00Z") as sandbox:
+        defilens.Client(base_url=sandbox.url).collect(["bitcoin"], "0.01s", count=2, out=root, storage_options=s3)
+    key = "leased/_defilens/compaction.lock"
+    client = _client(s3)
+    later = dt.datetime.now(UTC) + dt.timedelta(minutes=5)
+    client.put_object(Bucket=bucket[5:], Key=key, Body=json.dumps({"holder": "other:1", "expires": later.isoformat()}))
+    with pytest.raises(defilens.HistoryError, match="another compaction"):
+        defilens.compact(root, storage_options=s3)
+    earlier = dt.datetime.now(UTC) - dt.timedelta(minutes=1)
+    client.put_object(
+        Bucket=bucket[5:], Key=key, Body=json.dumps({"holder": "crashed:1", "expires": earlier.isoformat()})
+    )
+    assert defilens.compact(root, storage_options=s3)["files_removed"] > 0
+    assert key not in _keys(bucket, s3)

@@ -13,7 +13,6 @@ __all__ = [
     "INTERVALS",
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
-    "exchange_paths",
     "__version__",
     "Engine",
     "FetchJob",
@@ -179,9 +178,6 @@ def parse_tokens(
 ) -> Dict[str, pl.DataFrame]:
     """Parses many listing bodies into one set of frames in one call; ``fetched_at_ms`` is one
     time for all of them or one per body."""
-
-def exchange_paths(a: str, b: str) -> None:
-    """Exchanges two paths in one step (Linux); NotImplementedError where the system cannot."""
 
 def parse_markets(
     body: _Body, token_id: str, fetched_at_ms: Optional[int] = None

@@ -29,16 +29,6 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(defaults)
 }
 
-/// Exchanges two paths in one step (compaction's swap). NotImplementedError where the system
-/// cannot; OSError for the rest.
-#[pyfunction]
-fn exchange_paths(py: Python<'_>, a: std::path::PathBuf, b: std::path::PathBuf) -> PyResult<()> {
-    py.detach(|| crate::history::swap::exchange(&a, &b)).map_err(|error| match error.kind() {
-        std::io::ErrorKind::Unsupported => pyo3::exceptions::PyNotImplementedError::new_err(error.to_string()),
-        _ => PyErr::from(error),
-    })
-}
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -54,7 +44,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;
-    m.add_function(wrap_pyfunction!(exchange_paths, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
     {

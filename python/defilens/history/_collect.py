@@ -147,8 +147,12 @@ def collect(
         rounds += 1
         if compact and (last_compacted is None or time.monotonic() - last_compacted >= COMPACT_EVERY.total_seconds()):
             from ._compact import compact as compact_history
+            from ._lock import Busy
 
-            compact_history(root.url, storage_options=storage_options)
+            try:
+                compact_history(root.url, storage_options=storage_options)
+            except Busy:
+                pass  # another process is compacting this history: it does the work
             last_compacted = time.monotonic()
         if on_round is not None:
             on_round(rounds, frames)

@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 from .._duration import parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
+from ._lock import compaction_lock
 from ._root import PathLike, Root, require, root_of
 from ._tables import PARTITION, TABLES, load, one_line
 
@@ -100,7 +101,9 @@ def compact(
     ``retention`` (default a week, at least an hour) is how far `scan(..., as_of=...)` reaches
     back afterwards. Safe at any moment, also while collectors append to the same partitions:
     rows are never lost or doubled, and an interrupted compaction leaves the tables as they were.
-    ``now`` (default: the wall clock) decides which days are closed.
+    ``now`` (default: the wall clock) decides which days are closed. One compaction of a history
+    runs at a time: a second one raises `HistoryError` at once (two would both rewrite the same
+    files, doubling rows).
     """
     retention_span = _retention(retention)
     budget = parse_bytes(memory_budget, "memory_budget")
@@ -116,6 +119,19 @@ def compact(
         from ._layout import convert_hint
 
         raise HistoryError(convert_hint(root))
+    with compaction_lock(root):
+        return _compact(root, found, retention_span, sort, budget, target, now)
+
+
+def _compact(
+    root: Root,
+    found: Dict[str, State],
+    retention_span: dt.timedelta,
+    sort: bool,
+    budget: int,
+    target: int,
+    now: dt.datetime,
+) -> Dict[str, int]:
     deltalake = require("deltalake")
     report = {
         "files_before": 0,

@@ -131,9 +131,8 @@ def spark_schema(frame: str = "indicators") -> str:
 def reparse_arrow(batches: Iterable[Any], frame: str = "indicators") -> Iterator[Any]:
     """`reparse_batch` over an iterator of Arrow record batches, yielding pyarrow record batches
     typed as `spark_schema` says: the function Spark's ``mapInArrow`` (and Ray Data's
-    ``map_batches``) takes. Needs pyarrow, which those engines bring.
-
-    >>> raw.mapInArrow(lambda batches: reparse_arrow(batches, "indicators"), spark_schema("indicators"))
+    ``map_batches``) takes. Needs pyarrow, which those engines bring. With Spark:
+    ``raw.mapInArrow(lambda batches: reparse_arrow(batches, "indicators"), spark_schema("indicators"))``.
     """
     import pyarrow as pa  # type: ignore[import-untyped]
 

@@ -92,7 +92,7 @@ def scan(
     ``storage_options``. polars' ``pl.scan_delta(path + "/indicators")``, DuckDB's
     ``delta_scan``, Spark and pandas read the same tables directly.
 
-    >>> rsi = defilens.scan("history/", "indicators").filter(pl.col("indicator") == "rsi14")
+    For example ``defilens.scan("history/", "indicators").filter(pl.col("token") == "bitcoin")``.
     """
     if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
         raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
