@@ -21,6 +21,7 @@ __all__ = [
     "empty_frames",
     "frame_buffer_bytes",
     "parse_markets",
+    "parse_many",
     "parse_token",
     "parse_tokens",
     "sandbox_listing_body",
@@ -183,6 +184,13 @@ def parse_markets(
     body: _Body, token_id: str, fetched_at_ms: Optional[int] = None
 ) -> Tuple[pl.DataFrame, Optional[int], pl.DataFrame]:
     """Parses one markets body; returns (markets frame, the body's ``total``, drift frame)."""
+
+def parse_many(
+    endpoint: str, bodies: Sequence[_Body], token_ids: Sequence[str], fetched_at_ms: Sequence[Optional[int]]
+) -> Tuple[Dict[str, pl.DataFrame], List[Optional[str]]]:
+    """Parses many bodies of one endpoint (``"listing"`` or ``"markets"``) without stopping at a
+    body that cannot be read: (frames, one error message or None per body); a failed body adds
+    no rows."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

@@ -176,6 +176,58 @@ pub(super) fn parse_markets<'py>(
     )
 }
 
+/// Parses many bodies of one endpoint (`"listing"` or `"markets"`) in one call without stopping
+/// at a body that cannot be read: returns (frames, one error message or None per body). A failed
+/// body adds no rows. What a history needs to commit a round and to reparse a raw table.
+#[pyfunction]
+pub(super) fn parse_many<'py>(
+    py: Python<'py>,
+    endpoint: &str,
+    bodies: Vec<Bound<'py, PyAny>>,
+    token_ids: Vec<String>,
+    fetched_at_ms: Vec<Option<i64>>,
+) -> PyResult<(Bound<'py, PyDict>, Vec<Option<String>>)> {
+    if token_ids.len() != bodies.len() || fetched_at_ms.len() != bodies.len() {
+        return Err(PyValueError::new_err(format!(
+            "got {} bodies, {} token_ids and {} fetched_at_ms: give one of each per body",
+            bodies.len(),
+            token_ids.len(),
+            fetched_at_ms.len()
+        )));
+    }
+    let endpoint = Endpoint::from_name(endpoint)
+        .ok_or_else(|| PyValueError::new_err(format!("endpoint must be listing or markets, got {endpoint:?}")))?;
+    let bytes = bodies.iter().map(|b| body_bytes(b)).collect::<PyResult<Vec<_>>>()?;
+    let message = |result: Result<(), Error>| result.err().map(|error| error.to_string());
+    match endpoint {
+        Endpoint::Listing => {
+            let inputs: Vec<ListingBody> = bytes
+                .iter()
+                .zip(&token_ids)
+                .zip(&fetched_at_ms)
+                .map(|((b, token), at)| ListingBody { body: b.as_slice(), token: Some(token), fetched_at: *at })
+                .collect();
+            let (frames, results) = detached(py, || Ok(parse::parse_listings(&inputs)))?;
+            let errors = results.into_iter().map(|r| message(r.map(|_| ()))).collect();
+            Ok((listing_frames_dict(py, frames)?, errors))
+        }
+        Endpoint::Markets => {
+            let inputs: Vec<MarketsBody> = bytes
+                .iter()
+                .zip(&token_ids)
+                .zip(&fetched_at_ms)
+                .map(|((b, token), at)| MarketsBody { body: b.as_slice(), token, fetched_at: *at })
+                .collect();
+            let (frames, results) = detached(py, || Ok(parse::parse_markets(&inputs)))?;
+            let errors = results.into_iter().map(|r| message(r.map(|_| ()))).collect();
+            let dict = PyDict::new(py);
+            dict.set_item("markets", PyDataFrame(frames.markets))?;
+            dict.set_item("drift", PyDataFrame(frames.drift))?;
+            Ok((dict, errors))
+        }
+    }
+}
+
 /// The frames of an empty result, with their full schemas.
 #[pyfunction]
 pub(super) fn empty_frames(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {

@@ -11,12 +11,11 @@ import io
 import json
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import polars as pl
 
 from .. import _core
-from .._exceptions import DecodeError
 from .._frames import Frames
 from ._tables import FETCHED_AT, PARTITION, RAW, UTC_MS, frame_schema
 
@@ -80,25 +79,16 @@ def round_of_fetch(frames: Frames, app_id: str, number: int, started: dt.datetim
     return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw)
 
 
-def _listing_frames(listing: pl.DataFrame) -> Tuple[Dict[str, pl.DataFrame], int]:
-    """Parses the listing bodies in one call into Rust; a body that fails is skipped (and
-    counted) without losing the others."""
-    bodies = listing["body"].to_list()
-    tokens = listing["token"].to_list()
-    times = listing["fetched_at"].dt.epoch("ms").to_list()
-    try:
-        return dict(_core.parse_tokens(bodies, tokens, times)), 0
-    except DecodeError:
-        pass
-    parts: List[Dict[str, pl.DataFrame]] = []
-    failed = 0
-    for body, token, at in zip(bodies, tokens, times, strict=True):
-        try:
-            parts.append(dict(_core.parse_token(body, token, at)))
-        except DecodeError:
-            failed += 1
-    empty = _core.empty_frames()
-    return {name: pl.concat([empty[name], *(p[name] for p in parts)], how="vertical") for name in empty}, failed
+def _parse(bodies: pl.DataFrame, endpoint: str) -> Tuple[Dict[str, pl.DataFrame], int]:
+    """One endpoint's bodies parsed in one call into Rust (every core); a body that cannot be
+    read is skipped and counted, without losing the others."""
+    rows = bodies.filter(pl.col("endpoint") == endpoint)
+    if rows.height == 0:
+        return {}, 0
+    frames, errors = _core.parse_many(
+        endpoint, rows["body"].to_list(), rows["token"].to_list(), rows["fetched_at"].dt.epoch("ms").to_list()
+    )
+    return dict(frames), sum(error is not None for error in errors)
 
 
 def tables_of(round_: Round, *, with_log: bool = True) -> Tuple[Dict[str, pl.DataFrame], int]:
@@ -110,24 +100,13 @@ def tables_of(round_: Round, *, with_log: bool = True) -> Tuple[Dict[str, pl.Dat
     bodies = round_.bodies
     decodable = bodies.filter(pl.col("error").is_null() & pl.col("body").is_not_null())
     failed_before = bodies.height - decodable.height
-    frames, failed = _listing_frames(decodable.filter(pl.col("endpoint") == "listing"))
+    listing, listing_failed = _parse(decodable, "listing")
+    markets, markets_failed = _parse(decodable, "markets")
+    failed = listing_failed + markets_failed
     empty = _core.empty_frames()
-    frames = {name: frames.get(name, empty[name]) for name in empty}
-    markets, drift = [frames["markets"]], [frames["drift"]]
-    for token, at, body in (
-        decodable.filter(pl.col("endpoint") == "markets")
-        .select("token", pl.col("fetched_at").dt.epoch("ms"), "body")
-        .iter_rows()
-    ):
-        try:
-            frame, _total, body_drift = _core.parse_markets(body, token, at)
-        except DecodeError:
-            failed += 1
-            continue
-        markets.append(frame)
-        drift.append(body_drift)
-    frames["markets"] = pl.concat(markets, how="vertical")
-    frames["drift"] = pl.concat(drift, how="vertical")
+    frames = {name: listing.get(name, empty[name]) for name in empty}
+    frames["markets"] = markets.get("markets", empty["markets"])
+    frames["drift"] = pl.concat([frames["drift"], markets.get("drift", empty["drift"])], how="vertical")
     frames["log"] = round_.log if with_log else frames["log"]
     started = pl.lit(round_.started).cast(UTC_MS)
     listing_times = frames["snapshot"].select("token", pl.col(FETCHED_AT).alias("_listing_at")).unique("token")
