@@ -1,136 +1,536 @@
-"""A year of history, by hand: 5-minute rounds for 50 tokens written as `collect` writes them
-(simulated time, no waiting), then compacted; files, bytes and the time of a typical query
-before and after.
+"""The history on Delta Lake at scale, by hand: commit time per round, the log's read time as
+versions grow, compaction of a closed day and of a year's backlog, one token's query over the
+year, object storage (moto, in its own process) beside the local disk.
 
-    python benchmarks/bench_history.py                  # a year, 50 tokens, 2 worker processes
-    python benchmarks/bench_history.py --days 7         # a quick look
+    python benchmarks/bench_history.py commit             # 200 and 2,000 tokens, local and S3
+    python benchmarks/bench_history.py log                # 3,000 versions, with and without checkpoints
+    python benchmarks/bench_history.py day --tokens 2000  # 288 rounds of one day, then compaction
+    python benchmarks/bench_history.py year --tokens 200  # a year's backlog of 5-minute rounds
+    python benchmarks/bench_history.py all --json out.json
 
-Each round's bodies come from the Sandbox's market at that round's time (the same bytes a
-Sandbox would serve) and are parsed and written exactly as a collect round is; only the HTTP
-exchange is left out, since this measures the history, not the network. The query is the one a
-user runs first: RSI(14) on the 1h interval of one token over the whole history.
+Rounds are real: the Sandbox's bodies for each token, parsed and committed exactly as `collect`
+commits a round (spool, tables, one idempotent commit a table, spool dropped). Only the HTTP
+exchange is left out, since this measures the history, not the network. The year's backlog is
+written a day a commit with one file a round (what 288 separate commits leave behind, without
+waiting for 105,120 commits), which is what compaction then works through.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
-import json
-import multiprocessing
 import os
+import resource
 import shutil
+import socket
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import polars as pl
 
 import defilens
-from defilens import _core
-from defilens._collect import write_round
+from _common import emit, machine, table, target
+from defilens.history._collect import new_collector_id
+from defilens.history._root import root_of
+from defilens.history._rounds import Round, tables_of
+from defilens.history._spool import Spool
+from defilens.history._tables import commit_round, to_disk
 
-START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+UTC = dt.timezone.utc
+START = dt.datetime(2025, 1, 1, tzinfo=UTC)
 STEP = dt.timedelta(minutes=5)
-KNOWN = ["bitcoin", "ethereum", "tether", "ripple", "binancecoin", "solana", "usd-coin", "tron", "dogecoin", "cardano"]
+ROUNDS_A_DAY = 288
 
 
-def tokens(count: int) -> List[str]:
-    return (KNOWN + [f"coin-{i:03d}" for i in range(count)])[:count]
+def token_ids(count: int) -> List[str]:
+    return [f"coin-{i:04d}" for i in range(count)]
 
 
-def write_rounds(out: str, ids: List[str], first: int, last: int) -> int:
-    """Rounds ``first..last`` (exclusive) into ``out``; returns how many were written."""
-    folder = Path(out)
-    for number in range(first, last):
-        started = START + number * STEP
-        now = started.isoformat()
-        fetched_ms = int(started.timestamp() * 1000)
-        listing = [defilens.testing.listing_body(token, now=now) for token in ids]
-        frames: Dict[str, pl.DataFrame] = dict(_core.parse_tokens(listing, ids, fetched_ms))
-        markets = [
-            _core.parse_markets(defilens.testing.markets_body(token, now=now), token, fetched_ms)[0] for token in ids
-        ]
-        frames["markets"] = pl.concat(markets)
-        write_round(defilens.Frames(frames), folder, started, number)
-    return last - first
+def round_bodies(ids: List[str], at: dt.datetime) -> pl.DataFrame:
+    """Every body of one round (listing and markets), as `Frames.bodies` gives them."""
+    now = at.isoformat()
+    listing = [defilens.testing.listing_body(token, now=now).encode() for token in ids]
+    markets = [defilens.testing.markets_body(token, now=now).encode() for token in ids]
+    n = len(ids)
+    return pl.DataFrame(
+        {
+            "token": ids + ids,
+            "endpoint": ["listing"] * n + ["markets"] * n,
+            "fetched_at": [at] * (2 * n),
+            "status": [200] * (2 * n),
+            "error": [None] * (2 * n),
+            "body": listing + markets,
+        },
+        schema={
+            "token": pl.String,
+            "endpoint": pl.String,
+            "fetched_at": pl.Datetime("ms", "UTC"),
+            "status": pl.Int64,
+            "error": pl.String,
+            "body": pl.Binary,
+        },
+    )
 
 
-def files_and_bytes(folder: Path) -> "tuple[int, int]":
-    files = [p for p in folder.rglob("*.parquet")]
-    return len(files), sum(p.stat().st_size for p in files)
+def round_log(bodies: pl.DataFrame) -> pl.DataFrame:
+    empty = defilens._core.empty_frames()["log"]
+    rows = bodies.select(
+        "token",
+        "endpoint",
+        pl.lit(True).alias("ok"),
+        "status",
+        pl.lit(None, pl.String).alias("kind"),
+        pl.lit(None, pl.String).alias("message"),
+        pl.lit(1, pl.Int64).alias("attempts"),
+        pl.lit(20.0).alias("elapsed_ms"),
+        pl.lit(None, pl.Int64).alias("total"),
+        "fetched_at",
+        pl.lit(False).alias("cached"),
+    )
+    return rows.cast(dict(empty.schema))  # type: ignore[arg-type]
 
 
-def query_seconds(folder: Path, token: str, repeats: int = 3) -> "tuple[float, int]":
-    """Best of ``repeats``: RSI(14) on 1h of one token over the whole history."""
-    best, rows = float("inf"), 0
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = (
-            defilens.scan(folder, "indicators")
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --------------------------------------------------------------------------- object storage
+
+
+@contextlib.contextmanager
+def moto() -> Iterator[Dict[str, str]]:
+    import boto3
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        options = {
+            "aws_endpoint_url": f"http://127.0.0.1:{port}",
+            "aws_access_key_id": "a",
+            "aws_secret_access_key": "b",
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=options["aws_endpoint_url"],
+            aws_access_key_id="a",
+            aws_secret_access_key="b",
+            region_name="us-east-1",
+        ).create_bucket(Bucket="bench")
+        yield options
+    finally:
+        server.terminate()
+        server.wait()
+
+
+# --------------------------------------------------------------------------- commit
+
+
+def bench_commit(tokens: List[int], rounds: int, s3: bool) -> List[Dict[str, Any]]:
+    """The time to commit a fetched round to every table, as collect does, median of ``rounds``."""
+    results = []
+    stores = ["local"] + (["S3 (moto)"] if s3 else [])
+    for count in tokens:
+        ids = token_ids(count)
+        bodies = round_bodies(ids, START)
+        log = round_log(bodies)
+        for store in stores:
+            with contextlib.ExitStack() as stack:
+                if store == "local":
+                    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-history-"))
+                    root = root_of(f"{folder}/h")
+                else:
+                    options = stack.enter_context(moto())
+                    root = root_of(f"s3://bench/h-{uuid.uuid4().hex[:6]}", options)
+                spool = Spool(root)
+                app = new_collector_id()
+                timings: Dict[str, List[float]] = {"spool": [], "tables": [], "commits": [], "round": []}
+                for number in range(rounds):
+                    started = START + number * STEP
+                    round_ = Round(
+                        app,
+                        number,
+                        started,
+                        bodies.with_columns(pl.lit(started).cast(pl.Datetime("ms", "UTC")).alias("fetched_at")),
+                        log,
+                        True,
+                    )
+                    t0 = time.perf_counter()
+                    path = spool.put(round_)
+                    t1 = time.perf_counter()
+                    tables, _ = tables_of(round_)
+                    t2 = time.perf_counter()
+                    commit_round(root, tables, app, number, round_.metadata)
+                    spool.drop(path)
+                    t3 = time.perf_counter()
+                    for key, value in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
+                        timings[key].append(value)
+                rows = sum(frame.height for frame in tables.values())
+                median = {key: statistics.median(values) for key, values in timings.items()}
+                results.append(
+                    {
+                        "tokens": count,
+                        "store": store,
+                        "rows": rows,
+                        "rounds": rounds,
+                        **median,
+                        "p90": sorted(timings["round"])[int(0.9 * (rounds - 1))],
+                        "load": load(),
+                    }
+                )
+                print(f"commit {count} tokens {store}: {median['round'] * 1000:.0f} ms a round", flush=True)
+    return results
+
+
+# --------------------------------------------------------------------------- log
+
+
+def bench_log(versions: int, step: int, tokens: int) -> List[Dict[str, Any]]:
+    """Commit latency and a snapshot's load time as a table's log grows, with checkpoints every
+    100 commits (what collect's tables have) and without."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    ids = token_ids(tokens)
+    bodies = round_bodies(ids, START)
+    tables, _ = tables_of(Round("x", 0, START, bodies, round_log(bodies), False))
+    data = to_disk(tables["indicators"])
+    results = []
+    for checkpoints in (True, False):
+        with tempfile.TemporaryDirectory(prefix="bench-log-") as folder:
+            uri = f"{folder}/indicators"
+            interval = "100" if checkpoints else "1000000"
+            write_deltalake(
+                uri, data.head(0), partition_by=["date"], configuration={"delta.checkpointInterval": interval}
+            )
+            for version in range(1, versions + 1):
+                t0 = time.perf_counter()
+                table = DeltaTable(uri)
+                done = table.transaction_version("bench")
+                write_deltalake(
+                    table,
+                    data,
+                    mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction("bench", version)]),
+                )
+                commit = time.perf_counter() - t0
+                if version % step == 0:
+                    t1 = time.perf_counter()
+                    for _ in range(3):
+                        DeltaTable(uri).transaction_version("bench")
+                    load_time = (time.perf_counter() - t1) / 3
+                    t2 = time.perf_counter()
+                    pl.scan_delta(uri).filter(pl.col("token") == ids[0]).select(pl.len()).collect()
+                    scan_time = time.perf_counter() - t2
+                    results.append(
+                        {
+                            "checkpoints": checkpoints,
+                            "version": version,
+                            "commit": commit,
+                            "load": load_time,
+                            "scan": scan_time,
+                            "loadavg": load(),
+                        }
+                    )
+                    print(
+                        f"log {'with' if checkpoints else 'without'} checkpoints, v{version}: commit "
+                        f"{commit * 1000:.0f} ms, load {load_time * 1000:.0f} ms, scan {scan_time * 1000:.0f} ms",
+                        flush=True,
+                    )
+                assert done is None or done == version - 1
+    return results
+
+
+# --------------------------------------------------------------------------- a day, a year
+
+
+def _child_peak(code: str) -> "tuple[float, float]":
+    """Runs ``code`` in a fresh process; returns (seconds, peak RSS in MiB)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    elapsed = time.perf_counter() - started
+    return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def query_one_token(root: str, token: str) -> float:
+    def run() -> int:
+        return (
+            defilens.scan(root, "indicators")
             .filter(pl.col("token") == token, pl.col("indicator") == "rsi14", pl.col("interval") == "1h")
             .select("fetched_at", "value")
-            .sort("fetched_at")
             .collect()
+            .height
         )
-        best, rows = min(best, time.perf_counter() - started), result.height
-    return best, rows
+
+    run()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        rows = run()
+        best = min(best, time.perf_counter() - t0)
+    assert rows > 0
+    return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--days", type=float, default=365)
-    parser.add_argument("--tokens", type=int, default=50)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", help="history folder (default: a temporary one, removed after)")
-    parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
-    ids = tokens(args.tokens)
-    rounds = int(args.days * 24 * 60 / 5)
-    folder = Path(args.out or tempfile.mkdtemp(prefix="defilens-history-"))
-    load = os.getloadavg()
-    started = time.perf_counter()
-    bounds = [rounds * i // args.workers for i in range(args.workers + 1)]
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        pool.starmap(write_rounds, [(str(folder), ids, bounds[i], bounds[i + 1]) for i in range(args.workers)])
-    written_in = time.perf_counter() - started
-    files_before, bytes_before = files_and_bytes(folder)
-    query_before, rows = query_seconds(folder, "bitcoin")
-    started = time.perf_counter()
-    report = defilens.compact(folder, now=START + rounds * STEP + dt.timedelta(days=2))
-    compacted_in = time.perf_counter() - started
-    files_after, bytes_after = files_and_bytes(folder)
-    query_after, rows_after = query_seconds(folder, "bitcoin")
-    assert rows_after == rows == rounds, (rows, rows_after, rounds)
-    figures = {
-        "rounds": rounds,
-        "tokens": len(ids),
-        "days": args.days,
-        "write_s": written_in,
-        "files_before": files_before,
-        "bytes_before": bytes_before,
-        "query_before_s": query_before,
-        "compact_s": compacted_in,
-        "partitions_compacted": report["partitions"],
-        "files_after": files_after,
-        "bytes_after": bytes_after,
-        "query_after_s": query_after,
-        "query_rows": rows,
-        "load_before": load,
-        "cpus": os.cpu_count(),
-    }
-    print(json.dumps(figures, indent=1))
-    print(
-        f"\n{rounds:,} rounds x {len(ids)} tokens ({args.days:g} days): written in {written_in:,.0f} s\n"
-        f"| | files | MiB on disk | RSI(14) 1h of bitcoin over the history |\n|---|---:|---:|---:|\n"
-        f"| before compaction | {files_before:,} | {bytes_before / 2**20:,.0f} | {query_before:.2f} s |\n"
-        f"| after ({compacted_in:,.0f} s to compact) | {files_after:,} | {bytes_after / 2**20:,.0f} | {query_after:.3f} s |"
+def bench_day(tokens: int, rounds: int, folder: str) -> Dict[str, Any]:
+    """``rounds`` rounds of one day committed as collect commits them, then the day compacted
+    (optimize) and sorted (z-order within 1 GB), each in a fresh process for its peak memory."""
+    root = f"{folder}/day-{tokens}"
+    ids = token_ids(tokens)
+    template = round_bodies(ids, START)
+    log = round_log(template)
+    spool = Spool(root_of(root))
+    app = new_collector_id()
+    t0 = time.perf_counter()
+    for number in range(rounds):
+        started = START + number * STEP
+        round_ = Round(
+            app,
+            number,
+            started,
+            template.with_columns(pl.lit(started).cast(pl.Datetime("ms", "UTC")).alias("fetched_at")),
+            log,
+            False,
+        )
+        path = spool.put(round_)
+        tables, _ = tables_of(round_)
+        commit_round(root_of(root), tables, app, number, round_.metadata)
+        spool.drop(path)
+    writing = time.perf_counter() - t0
+    rows = defilens.scan(root, "indicators").select(pl.len()).collect().item()
+    before = query_one_token(root, ids[0])
+    files = len(list(Path(root, "indicators").rglob("*.parquet")))
+    optimize, optimize_rss = _child_peak(
+        "import defilens, datetime as dt\n"
+        f"defilens.compact({root!r}, sort=False, now=dt.datetime(2025, 1, 1, 12, tzinfo=dt.timezone.utc))\n"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    if not args.out:
-        shutil.rmtree(folder, ignore_errors=True)
+    compacted = query_one_token(root, ids[0])
+    zorder, zorder_rss = _child_peak(
+        "import defilens, datetime as dt\n"
+        f"defilens.compact({root!r}, memory_budget='1GB', now=dt.datetime(2025, 1, 3, tzinfo=dt.timezone.utc))\n"
+    )
+    sorted_query = query_one_token(root, ids[0])
+    result = {
+        "tokens": tokens,
+        "rounds": rounds,
+        "indicator rows": rows,
+        "files before": files,
+        "writing": writing,
+        "optimize": optimize,
+        "optimize rss": optimize_rss,
+        "zorder": zorder,
+        "zorder rss": zorder_rss,
+        "query before": before,
+        "query compacted": compacted,
+        "query sorted": sorted_query,
+        "load": load(),
+    }
+    print(f"day {tokens} tokens: {result}", flush=True)
+    return result
+
+
+def bench_year(tokens: int, days: int, folder: str) -> Dict[str, Any]:
+    """A year's backlog of the indicators table: ``days`` days of 5-minute rounds, one file a
+    round, then compacted (all partitions at once), then one token's RSI(14) 1h over the year."""
+    from deltalake import write_deltalake
+
+    root = f"{folder}/year-{tokens}"
+    ids = token_ids(tokens)
+    bodies = round_bodies(ids, START)
+    tables, _ = tables_of(Round("x", 0, START, bodies, round_log(bodies), False))
+    one_round = to_disk(tables["indicators"]).drop("fetched_at", "date")
+    per_round = one_round.height
+    uri = f"{root}/indicators"
+    t0 = time.perf_counter()
+    file_size = max(4096, int(one_round.estimated_size() * 0.25))
+    for day in range(days):
+        date = (START + dt.timedelta(days=day)).date()
+        stamps = pl.datetime_range(
+            START + dt.timedelta(days=day),
+            START + dt.timedelta(days=day + 1) - STEP,
+            STEP,
+            time_unit="ms",
+            time_zone="UTC",
+            eager=True,
+        )
+        frame = (
+            pl.DataFrame({"fetched_at": stamps})
+            .join(one_round, how="cross")
+            .with_columns(
+                pl.lit(date).alias("date"),
+                (pl.col("value") * (1 + 0.001 * pl.col("fetched_at").dt.minute())).alias("value"),
+            )
+            .select(list(one_round.columns) + ["fetched_at", "date"])
+        )
+        write_deltalake(uri, frame, mode="append", partition_by=["date"], target_file_size=file_size)
+        if day % 30 == 0:
+            print(f"year: day {day} written ({time.perf_counter() - t0:.0f} s)", flush=True)
+    writing = time.perf_counter() - t0
+    files = len(list(Path(uri).rglob("*.parquet")))
+    before = query_one_token(root, ids[0])
+    backlog, backlog_rss = _child_peak(
+        "import defilens, datetime as dt\n"
+        f"defilens.compact({root!r}, sort=False, retention='1h', now=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))\n"
+    )
+    after_files = len(defilens.history._tables.load(root_of(root), "indicators").file_uris())  # type: ignore[union-attr]
+    compacted = query_one_token(root, ids[0])
+    result = {
+        "tokens": tokens,
+        "days": days,
+        "rows": per_round * ROUNDS_A_DAY * days,
+        "files before": files,
+        "files after": after_files,
+        "writing": writing,
+        "compaction": backlog,
+        "compaction rss": backlog_rss,
+        "query before": before,
+        "query compacted": compacted,
+        "load": load(),
+    }
+    print(f"year {tokens} tokens: {result}", flush=True)
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(results: Dict[str, Any]) -> Dict[str, Any]:
+    sections = [f"Machine: {machine()}. Load before: {results['load_before']}."]
+    targets = []
+    if "commit" in results:
+        rows = [
+            [
+                str(r["tokens"]),
+                r["store"],
+                f"{r['rows']:,}",
+                f"{r['spool'] * 1000:.0f}",
+                f"{r['tables'] * 1000:.0f}",
+                f"{r['commits'] * 1000:.0f}",
+                f"{r['round'] * 1000:.0f}",
+                f"{r['p90'] * 1000:.0f}",
+                r["load"],
+            ]
+            for r in results["commit"]
+        ]
+        sections.append(
+            "Commit of one round to every table (ms, median of the rounds):\n\n"
+            + table(
+                ["tokens", "store", "rows", "spool", "tables", "commits", "round", "p90", "load"], rows, "rlrrrrrrl"
+            )
+        )
+        local = [r for r in results["commit"] if r["tokens"] == 2000 and r["store"] == "local"]
+        if local:
+            targets.append(
+                target(
+                    "2,000-token round committed to every table",
+                    f"{local[0]['round'] * 1000:.0f} ms",
+                    "< 1 s",
+                    local[0]["round"] < 1.0,
+                )
+            )
+    if "log" in results:
+        rows = [
+            [
+                "yes" if r["checkpoints"] else "no",
+                f"{r['version']:,}",
+                f"{r['commit'] * 1000:.0f}",
+                f"{r['load'] * 1000:.0f}",
+                f"{r['scan'] * 1000:.0f}",
+                r["loadavg"],
+            ]
+            for r in results["log"]
+        ]
+        sections.append(
+            "The log as versions grow (ms):\n\n"
+            + table(["checkpoints", "version", "commit", "snapshot load", "one-token scan", "load"], rows, "lrrrrl")
+        )
+    if "day" in results:
+        r = results["day"]
+        sections.append(
+            f"A closed day, {r['tokens']:,} tokens, {r['rounds']} rounds ({r['indicator rows']:,} indicator rows, {r['files before']} files a "
+            f"table): written in {r['writing']:.0f} s; optimize {r['optimize']:.1f} s (peak {r['optimize rss']:.0f} MiB), z-order by token "
+            f"{r['zorder']:.1f} s (peak {r['zorder rss']:.0f} MiB, budget 1 GB); one token's RSI(14) 1h over the day {r['query before'] * 1000:.0f} "
+            f"ms as collected, {r['query compacted'] * 1000:.0f} ms compacted, {r['query sorted'] * 1000:.0f} ms sorted. Load {r['load']}."
+        )
+    if "year" in results:
+        r = results["year"]
+        sections.append(
+            f"A year's backlog of `indicators`, {r['tokens']:,} tokens, {r['days']} days of 5-minute rounds ({r['rows']:,} rows, "
+            f"{r['files before']:,} files): compacted in {r['compaction']:.0f} s (peak {r['compaction rss']:.0f} MiB) to {r['files after']:,} "
+            f"files; one token's RSI(14) 1h over the year {r['query before']:.2f} s as collected, {r['query compacted']:.3f} s compacted. Load {r['load']}."
+        )
+        if r["days"] >= 365:
+            targets.append(
+                target(
+                    "a year's backlog compacted", f"{r['compaction'] / 60:.1f} min", "< 10 min", r["compaction"] < 600
+                )
+            )
+            targets.append(
+                target(
+                    "one token's rsi14 1h over the year, compacted",
+                    f"{r['query compacted']:.3f} s",
+                    "< 1 s",
+                    r["query compacted"] < 1,
+                )
+            )
+    return {"title": "History on Delta Lake", "body": "\n\n".join(sections), "targets": targets, "results": results}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=["commit", "log", "day", "year", "all"])
+    parser.add_argument(
+        "--tokens", type=int, default=None, help="tokens for day/year (default 2,000 for day, 200 for year)"
+    )
+    parser.add_argument("--rounds", type=int, default=20, help="rounds timed by commit (default 20)")
+    parser.add_argument("--versions", type=int, default=3000)
+    parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument(
+        "--folder", default=None, help="where day/year histories go (default a temporary folder, removed)"
+    )
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    results: Dict[str, Any] = {"load_before": load()}
+    folder = args.folder or tempfile.mkdtemp(prefix="bench-history-")
+    try:
+        if args.part in ("commit", "all"):
+            results["commit"] = bench_commit([200, 2000], args.rounds, s3=not args.no_s3)
+        if args.part in ("log", "all"):
+            results["log"] = bench_log(args.versions, max(1, args.versions // 6), 200)
+        if args.part in ("day", "all"):
+            results["day"] = bench_day(args.tokens or 2000, ROUNDS_A_DAY, folder)
+        if args.part in ("year", "all"):
+            results["year"] = bench_year(args.tokens or 200, args.days, folder)
+    finally:
+        if args.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    emit(report(results), args.json)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("POLARS_MAX_THREADS", str(os.cpu_count() or 2))
     main()

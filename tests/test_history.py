@@ -514,3 +514,12 @@ def test_two_compactions_beside_a_collector_lose_nothing(tmp_path: Path) -> None
             worker.join()
     assert not failures and ran and refused
     assert assert_whole_rounds(root) == 10 * 3
+
+
+def test_without_the_history_extra_the_error_names_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "deltalake", None)
+    with pytest.raises(ImportError, match=r"defilens\[history\]"):
+        _collect(tmp_path / "h", 1)
+    monkeypatch.setitem(sys.modules, "obstore", None)
+    with pytest.raises(ImportError, match=r"defilens\[history\]"):
+        defilens.compact(tmp_path / "h")

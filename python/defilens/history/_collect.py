@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from ._layout import check_writable_layout
-from ._root import PathLike, Root, check_writable, root_of
+from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._spool import Spool
 from ._tables import commit_round
@@ -66,6 +66,7 @@ def _check_positive_int(name: str, value: object, *, none_ok: bool = False) -> N
 def prepare(out: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root:
     """Checks a root for collecting (before any request is sent): it must be writable and hold
     nothing but a defilens history."""
+    require_history()
     root = root_of(out, storage_options)
     check_writable(root)
     check_writable_layout(root)

@@ -14,7 +14,7 @@ from .._duration import parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
 from ._lock import compaction_lock
-from ._root import PathLike, Root, require, root_of
+from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, load, one_line
 
 #: How long time travel reaches back unless the caller says otherwise.
@@ -105,6 +105,7 @@ def compact(
     runs at a time: a second one raises `HistoryError` at once (two would both rewrite the same
     files, doubling rows).
     """
+    require_history()
     retention_span = _retention(retention)
     budget = parse_bytes(memory_budget, "memory_budget")
     target = parse_bytes(target_size, "target_size")

@@ -21,7 +21,7 @@ import polars as pl
 from .._exceptions import HistoryError
 from ._layout import CONVERTING, State, states
 from ._layout import converting as _converting
-from ._root import PathLike, Root, require, root_of
+from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLE_PROPERTIES, TABLES, create, load, one_line, to_disk
 
 #: The app id of the commits that rewrite a day during conversion.
@@ -127,7 +127,7 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
     rewritten by delta-rs; the others keep their files. Stop collectors writing the old layout
     first (new `collect` runs refuse an old layout until it is converted).
     """
-    require("deltalake")
+    require_history()
     obstore = require("obstore")
     root = root_of(path, storage_options)
     found = states(root)

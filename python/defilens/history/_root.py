@@ -63,6 +63,13 @@ def require(module: str) -> Any:
         raise ImportError(f"a defilens history needs {module.split('.')[0]}: {INSTALL_HINT}") from None
 
 
+def require_history() -> None:
+    """Fails at once, naming the extra, when the history's engines are not installed: before a
+    collect sends a request, before anything is read or changed."""
+    require("deltalake")
+    require("obstore")
+
+
 def _seconds(text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
     if not match:

@@ -9,7 +9,7 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from ._layout import State, check_not_converting, convert_hint, state, states
-from ._root import PathLike, Root, root_of
+from ._root import PathLike, Root, require_history, root_of
 from ._rounds import empty_table
 from ._tables import RAW, TABLES, frame_schema, load, one_line, restore
 
@@ -30,6 +30,7 @@ def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
 
 
 def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root:
+    require_history()
     root = root_of(path, storage_options)
     found = states(root)
     if all(value is State.MISSING for value in found.values()):
