@@ -226,3 +226,19 @@ def test_one_compaction_at_a_time_in_s3_and_a_stale_lease_is_taken_over(bucket: 
     )
     assert defilens.compact(root, storage_options=s3)["files_removed"] > 0
     assert key not in _keys(bucket, s3)
+
+
+def test_the_cli_takes_credentials_from_the_environment(bucket: str, s3: Dict[str, str]) -> None:
+    import os
+
+    env = dict(os.environ)
+    env.update({key.upper(): value for key, value in s3.items()})
+    run = subprocess.run(
+        CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.1s", "--count", "2", "--out", f"{bucket}/env"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert defilens.scan(f"{bucket}/env", "snapshot", storage_options=s3).collect().height == 2

@@ -119,6 +119,10 @@ class Root:
                     retry["retry_timeout"] = dt.timedelta(seconds=_seconds(value))
             else:
                 config[key.lower()] = value
+        # object_store reads the store's AWS_* variables itself, but not its client options.
+        for variable in ("AWS_ALLOW_HTTP", "ALLOW_HTTP"):
+            if "allow_http" not in client and os.environ.get(variable, "").lower() == "true":
+                client["allow_http"] = True
         try:
             return obstore_store.from_url(self.url, config=config, client_options=client, retry_config=retry or None)
         except BaseException as error:  # obstore panics on an option it does not know

@@ -105,7 +105,8 @@ def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
 
 
 def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
+    # obstore appends a Debug dump of the error after the message: the message is enough.
+    text = " ".join(str(error).split("Debug source:", 1)[0].split())
     return text[:400] if text else type(error).__name__
 
 
