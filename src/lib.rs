@@ -32,10 +32,11 @@ pub use client::retry::{parse_retry_after, RetryPolicy};
 pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
 pub use error::{Error, Result};
 pub use frames::buffer_bytes::buffer_bytes;
-#[cfg(feature = "sandbox")]
-pub use frames::candles::candles_frame;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
+pub use model::duration::parse_seconds as parse_duration_seconds;
 pub use model::{Endpoint, INTERVALS};
 pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
+#[cfg(feature = "sandbox")]
+pub use sandbox::candles_frame::candles_frame;
 #[cfg(feature = "sandbox")]
 pub use sandbox::{body as sandbox_body, candles as sandbox_candles, Candle, ClockConfig, Sandbox, SandboxConfig};

@@ -189,7 +189,12 @@ def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    # Interrupted once two rounds are in (it says so on stdout), not after a guessed sleep.
+    lines = []
+    while not any(line.startswith("round 2:") for line in lines):
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"collect ended before its second round: {proc.stderr.read()}"  # type: ignore[union-attr]
+        lines.append(line)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 130, stderr

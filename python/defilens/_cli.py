@@ -14,12 +14,12 @@ from typing import Iterator, List, Optional, Sequence
 import polars as pl
 
 from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
-from ._core import Sandbox
 from ._duration import parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert
 from .history._collect import prepare as prepare_root
+from .testing import Sandbox
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -1,11 +1,10 @@
 """Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
 
 import datetime as dt
-import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
-from typing_extensions import TypedDict, final
+from typing_extensions import Self, TypedDict, disjoint_base, final
 
 __all__ = [
     "DEFAULTS",
@@ -22,6 +21,7 @@ __all__ = [
     "frame_buffer_bytes",
     "parse_markets",
     "parse_many",
+    "parse_duration",
     "parse_token",
     "parse_tokens",
     "sandbox_listing_body",
@@ -102,7 +102,7 @@ class RawBodies:
     def items(self) -> List[Tuple[str, str, bytes]]:
         """``[(token, endpoint, body), ...]`` in fetch order."""
 
-@final
+@disjoint_base
 class Sandbox:
     """A local fake of the DeFi Lens service, served from Rust on 127.0.0.1.
 
@@ -131,19 +131,12 @@ class Sandbox:
         port: Optional[int] = None,
         now: Union[str, dt.datetime, None] = None,
         speed: Optional[float] = None,
-    ) -> Sandbox:
+        _recording: Any = None,
+    ) -> Self:
         """Starts serving. ``None`` means the default: latency 0 s (at most 3,600), seed 0,
         retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535), the
         wall clock. ``now``: ISO 8601 text or a datetime (naive means UTC), from 2000 to 2200;
         ``speed``: 0 to 100,000."""
-    @staticmethod
-    def replay(path: Union[str, "os.PathLike[str]"], **settings: Any) -> Sandbox:
-        """A Sandbox serving recorded responses instead of its market: a collect history kept
-        with ``raw=True`` (its folder or its ``raw/`` folder), or a folder written by
-        ``frames.write(path, raw=True)``. Each request gets the last body recorded for its id at
-        or before the clock's time, which starts at the first recorded time and stands still
-        until ``advance``; other ids and earlier times get 404. ``settings`` are `Sandbox`'s
-        (faults, latency, key, ``now``, ``speed``)."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""
@@ -164,7 +157,7 @@ class Sandbox:
         ``high``, ``low``, ``close``, ``volume`` (in tokens), oldest first."""
     def stop(self) -> None:
         """Stops serving. Idempotent."""
-    def __enter__(self) -> Sandbox: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *_exc: object) -> bool: ...
 
 def parse_token(
@@ -191,6 +184,10 @@ def parse_many(
     """Parses many bodies of one endpoint (``"listing"`` or ``"markets"``) without stopping at a
     body that cannot be read: (frames, one error message or None per body); a failed body adds
     no rows."""
+
+def parse_duration(value: Union[str, float, dt.timedelta], name: str = "every") -> float:
+    """A duration as users write it (``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1d"``, seconds,
+    or a timedelta) in seconds: positive and finite, else ValueError naming ``name``."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

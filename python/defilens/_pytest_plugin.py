@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, List, Union
+from typing import Any, Callable, Iterator, List, Union
 
 import pytest
 
-from ._core import Sandbox
+from .testing import Sandbox
 
 #: Where the fixture's clock stands, so that every run of a test sees the same market.
 FIXTURE_NOW = "2026-01-01T00:00:00Z"
@@ -32,7 +32,7 @@ def defilens_replay() -> Iterator[Callable[..., Sandbox]]:
     or a folder written by ``frames.write(path, raw=True)``; settings as `Sandbox.replay`)."""
     started: List[Sandbox] = []
 
-    def replay(path: Union[str, "os.PathLike[str]"], **settings: object) -> Sandbox:
+    def replay(path: Union[str, "os.PathLike[str]"], **settings: Any) -> Sandbox:
         sandbox = Sandbox.replay(path, **settings)
         started.append(sandbox)
         return sandbox

@@ -12,13 +12,37 @@ With pytest, the ``defilens_sandbox`` fixture gives a running Sandbox per test.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Union
+import os
+from typing import Any, Mapping, Optional, Union
 
-from ._core import Sandbox, sandbox_listing_body, sandbox_markets_body
+from . import _core
+from ._core import sandbox_listing_body, sandbox_markets_body
 
 __all__ = ["Sandbox", "listing_body", "markets_body"]
 
 _Time = Union[str, dt.datetime, None]
+
+
+class Sandbox(_core.Sandbox):
+    __doc__ = _core.Sandbox.__doc__
+
+    @classmethod
+    def replay(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        storage_options: Optional[Mapping[str, Any]] = None,
+        **settings: Any,
+    ) -> "Sandbox":
+        """A Sandbox serving recorded responses instead of its market: a history collected with
+        ``raw=True`` (its folder), or a folder written by ``frames.write(path, raw=True)``. Each
+        request gets the last body recorded for its id at or before the clock's time, which starts
+        at the first recorded time and stands still until ``advance``; other ids and earlier times
+        get 404. ``settings`` are `Sandbox`'s (faults, latency, key, ``now``, ``speed``); a history
+        in object storage takes ``storage_options``."""
+        from .history import read_recording  # the history's engines only when a history is replayed
+
+        return cls(_recording=read_recording(path, storage_options), **settings)
 
 
 def listing_body(token_id: str, seed: int = 0, now: _Time = None) -> str:

@@ -9,16 +9,14 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use super::retry::RetryPolicy;
+pub use super::retry::{DEFAULT_BACKOFF_SECS, DEFAULT_MAX_RETRIES};
 use super::url::redact_url_credentials;
 use crate::error::Error;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.defilens.ai";
 pub const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
-pub const DEFAULT_MAX_RETRIES: u32 = 3;
 pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-/// (first, maximum) retry delay in seconds.
-pub const DEFAULT_BACKOFF_SECS: (f64, f64) = (0.5, 8.0);
 pub const DEFAULT_CACHE_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 /// The largest value each duration accepts, in seconds: beyond these a setting is a mistake

@@ -3,8 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::config::{DEFAULT_BACKOFF_SECS, DEFAULT_MAX_RETRIES};
 use crate::error::Error;
+
+/// Retries of one request after its first attempt, unless the client's settings say otherwise.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// (first, maximum) retry delay in seconds.
+pub const DEFAULT_BACKOFF_SECS: (f64, f64) = (0.5, 8.0);
 
 /// The longest `Retry-After` honoured as it is.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);

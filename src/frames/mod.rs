@@ -2,8 +2,6 @@
 //! which columns a frame has and in which order; the parsers hand it one body's rows at a time.
 
 pub mod buffer_bytes;
-#[cfg(feature = "sandbox")]
-pub mod candles;
 pub mod columns;
 pub mod drift;
 pub mod listing;

@@ -2,6 +2,7 @@
 //! endpoints, the candle intervals, the field catalogue, and the conversion of JSON values and
 //! timestamps to column types.
 
+pub mod duration;
 pub mod fields;
 pub mod interval;
 pub mod timestamp;

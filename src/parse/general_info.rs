@@ -8,7 +8,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
-use super::listing::PendingListing;
+use super::pending::PendingListing;
 use super::scanner::Scanner;
 use crate::frames::listing::InfoRow;
 use crate::model::fields::{ScalarType, COMMUNITY_KEYS};

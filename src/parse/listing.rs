@@ -15,12 +15,13 @@ use std::fmt;
 
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 
-use super::document::{field_label, parse_document, seed_from_visitor, DecodeContext, FieldPath};
+use super::document::{parse_document, seed_from_visitor, DecodeContext};
 use super::general_info::{scan_general_info, GeneralInfo};
+use super::pending::PendingListing;
 use super::scanner::Scanner;
 use crate::error::{Endpoint, Error};
 use crate::frames::listing::Name;
-use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
+use crate::frames::{ListingColumns, ListingFrames, ListingRows};
 use crate::model::fields::{
     classify_data_key, unknown_pattern_family, DataKey, FamilyKind, ScalarType, SuffixedKey, SNAPSHOT_FIELDS,
 };
@@ -34,25 +35,6 @@ pub struct ListingBody<'a> {
     /// The id the caller asked for; `None` takes the body's `data.id`.
     pub token: Option<&'a str>,
     pub fetched_at: Option<i64>,
-}
-
-/// One body on its way through the visitors.
-pub(super) struct PendingListing<'de> {
-    saw_data: bool,
-    pub(super) rows: ListingRows<'de>,
-    pub(super) field: FieldPath<'de>,
-}
-
-impl<'de> PendingListing<'de> {
-    fn new(rows: ListingRows<'de>) -> Self {
-        Self { saw_data: false, rows, field: None }
-    }
-
-    /// The value of the field being read did not fit: its cell stays null, a drift row says why.
-    pub(super) fn drifted(&mut self, mismatch: Mismatch) {
-        let field = field_label(&self.field).unwrap_or_default();
-        self.rows.drift.push(DriftRow { field, mismatch });
-    }
 }
 
 struct ListingDocument<'a, 'de>(&'a mut PendingListing<'de>);

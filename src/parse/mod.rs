@@ -6,6 +6,7 @@ mod document;
 mod general_info;
 pub mod listing;
 pub mod markets;
+mod pending;
 #[cfg(test)]
 mod proptests;
 mod scanner;

@@ -37,3 +37,26 @@ pub(super) fn optional<T>(
         read(value).map(Some)
     }
 }
+
+/// A duration: text such as `"5m"` or `"250ms"`, a number of seconds, or a `datetime.timedelta`,
+/// checked by the core's one rule (`model::duration`). `name` is the argument's name in errors.
+pub(super) fn duration_seconds(name: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    use crate::model::duration::{check_seconds, parse_seconds};
+    let seconds = if let Ok(text) = value.extract::<String>() {
+        parse_seconds(&text).map_err(|rule| PyValueError::new_err(format!("{name} {rule}, got {text:?}")))?
+    } else if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a str such as '5m', seconds or a timedelta, got bool"
+        )));
+    } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
+        value.extract::<f64>()?
+    } else if value.hasattr("total_seconds")? && value.hasattr("days")? {
+        value.call_method0("total_seconds")?.extract::<f64>()?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a str such as '5m', seconds or a timedelta, got {}",
+            type_name(value)
+        )));
+    };
+    check_seconds(seconds).map_err(|rule| PyValueError::new_err(format!("{name} {rule}, got {value}")))
+}

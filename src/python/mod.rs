@@ -29,6 +29,14 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(defaults)
 }
 
+/// A duration given by a user (`"5m"`, seconds, a timedelta) in seconds; `name` is the
+/// argument's name in the error.
+#[pyfunction]
+#[pyo3(signature = (value, name="every"))]
+fn parse_duration(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    arguments::duration_seconds(name, value)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -45,6 +53,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
     {

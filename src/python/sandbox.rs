@@ -8,18 +8,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3_polars::PyDataFrame;
 
-use super::arguments::{integer, number};
+use super::arguments::{duration_seconds, integer, number};
 use crate::client::config::int_in;
-use crate::frames::candles::candles_frame;
 use crate::model::timestamp::parse_timestamp_ms;
 use crate::model::{Endpoint, INTERVALS};
+use crate::sandbox::candles_frame::candles_frame;
 use crate::sandbox::{self, ClockConfig, Recording, SandboxConfig};
 
 /// The longest latency a Sandbox adds, in seconds.
 const MAX_LATENCY_SECS: f64 = 3_600.0;
 
 /// A local fake of the DeFi Lens service, served from Rust on 127.0.0.1.
-#[pyclass(frozen, module = "defilens._core", name = "Sandbox")]
+#[pyclass(frozen, subclass, module = "defilens._core", name = "Sandbox")]
 pub struct PySandbox {
     server: Mutex<Option<sandbox::Sandbox>>,
     url: String,
@@ -47,7 +47,7 @@ fn time_ms(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
     let value = if value.getattr("tzinfo")?.is_none() {
         let utc = datetime.getattr("timezone")?.getattr("utc")?;
-        let kwargs = pyo3::types::PyDict::new(py);
+        let kwargs = PyDict::new(py);
         kwargs.set_item("tzinfo", utc)?;
         value.call_method("replace", (), Some(&kwargs))?
     } else {
@@ -57,8 +57,8 @@ fn time_ms(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     Ok((seconds * 1000.0).round() as i64)
 }
 
-/// `(endpoints, tokens, fetched_at_ms, bodies, start_ms)`, as `defilens._history.read_recording`
-/// returns them.
+/// `(endpoints, tokens, fetched_at_ms, bodies, start_ms)`: what `defilens.testing.Sandbox.replay`
+/// reads from a recording and hands down.
 fn recording_of(value: &Bound<'_, PyAny>) -> PyResult<Recording> {
     type Lists = (Vec<String>, Vec<String>, Vec<i64>, Vec<Vec<u8>>, i64);
     let (endpoints, tokens, times, bodies, start_ms): Lists = value.extract()?;
@@ -82,7 +82,7 @@ fn datetime_of(py: Python<'_>, ms: i64) -> PyResult<Py<PyAny>> {
     let seconds = ms.div_euclid(1000) as f64;
     let moment = class.call_method1("fromtimestamp", (seconds, utc))?;
     let timedelta = datetime.getattr("timedelta")?;
-    let kwargs = pyo3::types::PyDict::new(py);
+    let kwargs = PyDict::new(py);
     kwargs.set_item("milliseconds", ms.rem_euclid(1000))?;
     Ok(moment.add(timedelta.call((), Some(&kwargs))?)?.unbind())
 }
@@ -171,27 +171,6 @@ impl PySandbox {
         Ok(PySandbox { url: server.url(), port: server.port(), seed, server: Mutex::new(Some(server)) })
     }
 
-    /// A Sandbox that serves recorded responses instead of its market: a collect history kept
-    /// with `raw=True` (its folder, or its `raw/` folder) or a folder written by
-    /// `frames.write(path, raw=True)`. Each request gets the last body recorded for its id at or
-    /// before the clock's time, which starts at the first recorded time and stands still until
-    /// `advance`; ids and times not recorded get 404. The other settings are `Sandbox`'s.
-    #[staticmethod]
-    #[pyo3(signature = (path, **settings))]
-    fn replay<'py>(
-        py: Python<'py>,
-        path: &Bound<'py, PyAny>,
-        settings: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let recording = py.import("defilens._history")?.call_method1("read_recording", (path,))?;
-        let kwargs = match settings {
-            Some(settings) => settings.copy()?,
-            None => PyDict::new(py),
-        };
-        kwargs.set_item("_recording", recording)?;
-        py.get_type::<PySandbox>().call((), Some(&kwargs))
-    }
-
     /// Base URL to pass as `base_url=`.
     #[getter]
     fn url(&self) -> &str {
@@ -220,7 +199,7 @@ impl PySandbox {
     /// and returns the new time. Bodies change as candles close: every 5 minutes for the
     /// listing's 5m figures, every hour for the 1h ones, and so on.
     fn advance(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let seconds: f64 = py.import("defilens._collect")?.call_method1("parse_every", (step, "step"))?.extract()?;
+        let seconds = duration_seconds("step", step)?;
         let ms = (seconds * 1000.0).round() as i64;
         let now = self.with_server(|server| server.advance(ms))?.map_err(PyValueError::new_err)?;
         datetime_of(py, now)

@@ -23,6 +23,7 @@
 //! 7. the data: the market's, or with a recording the last body recorded for the (endpoint,
 //!    token) at or before the clock's time (404 for ids and times the recording does not cover).
 
+pub mod candles_frame;
 mod clock;
 mod data;
 mod listing_body;

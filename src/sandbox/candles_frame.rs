@@ -2,8 +2,8 @@
 
 use polars::prelude::*;
 
-use super::columns::{frame, millis_column};
-use crate::sandbox::Candle;
+use super::Candle;
+use crate::frames::columns::{frame, millis_column};
 
 /// Columns of the candles frame, in order.
 pub const CANDLE_COLUMNS: [&str; 6] = ["open_time", "open", "high", "low", "close", "volume"];

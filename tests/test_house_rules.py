@@ -1,0 +1,52 @@
+"""The house's rules hold, and the check that enforces them catches a breach."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = ROOT / ".ci" / "check-dependencies"
+
+
+def _check(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHECK), str(root)], capture_output=True, text=True)
+
+
+def _copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "src", copy / "src")
+    shutil.copytree(
+        ROOT / "python" / "defilens", copy / "python" / "defilens", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    return copy
+
+
+def test_the_checkout_keeps_the_rules() -> None:
+    run = _check(ROOT)
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_production_import_of_the_sandbox_is_caught(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    columns = copy / "src" / "frames" / "columns.rs"
+    columns.write_text("use crate::sandbox::Candle;\n" + columns.read_text())
+    run = _check(copy)
+    assert run.returncode == 1 and "src/frames/columns.rs: production code names crate::sandbox" in run.stderr
+
+
+def test_a_binding_calling_up_into_python_and_a_circle_are_caught(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    binding = copy / "src" / "python" / "client.rs"
+    binding.write_text(binding.read_text() + '\nfn up(py: Python<\'_>) { let _ = py.import("defilens._frames"); }\n')
+    model = copy / "src" / "model" / "interval.rs"
+    model.write_text("use crate::parse::listing::ListingBody;\n" + model.read_text())
+    frames = copy / "python" / "defilens" / "_frames.py"
+    frames.write_text(frames.read_text() + "\nfrom ._parsing import parse_token\n")
+    run = _check(copy)
+    assert run.returncode == 1
+    assert "import the Python module defilens._frames" in run.stderr
+    assert "Rust modules import each other in a circle" in run.stderr and "model" in run.stderr
+    assert "Python modules import each other in a circle: defilens._frames <-> defilens._parsing" in run.stderr
