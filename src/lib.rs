@@ -34,6 +34,7 @@ pub use error::{Error, Result};
 pub use frames::buffer_bytes::buffer_bytes;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};
 pub use model::duration::parse_seconds as parse_duration_seconds;
+pub use model::fields::family_intervals;
 pub use model::{Endpoint, INTERVALS};
 pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, MarketsSummary};
 #[cfg(feature = "sandbox")]

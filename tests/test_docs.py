@@ -96,3 +96,23 @@ def test_docstring_examples_run(name: str) -> None:
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed (see above)"
+
+
+def family_table() -> str:
+    """Which families exist on which interval, from the field catalogue (`_core.FAMILY_INTERVALS`)."""
+    groups: "dict[tuple[str, tuple[str, ...]], list[str]]" = {}
+    for frame, name, intervals in defilens._core.FAMILY_INTERVALS:
+        groups.setdefault((frame, tuple(intervals)), []).append(name)
+    header = "| frame | names | " + " | ".join(defilens._core.INTERVALS) + " |"
+    lines = [header, "|---|---|" + "---|" * len(defilens._core.INTERVALS)]
+    for (frame, intervals), names in groups.items():
+        marks = " | ".join("yes" if interval in intervals else "-" for interval in defilens._core.INTERVALS)
+        lines.append(f"| `{frame}` | {', '.join(f'`{n}`' for n in names)} | {marks} |")
+    return "\n".join(lines)
+
+
+def test_the_interval_table_of_the_frames_page_is_the_catalogues() -> None:
+    page = (ROOT / "docs" / "frames.md").read_text()
+    assert family_table() in page, (
+        f"docs/frames.md should hold this table, made from the catalogue:\n\n{family_table()}"
+    )

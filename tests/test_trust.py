@@ -396,3 +396,42 @@ def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path
         if target.exists():
             assert pl.read_parquet(target).equals(frame)
     assert interrupted > 0
+
+
+def test_a_body_for_another_token_is_kept_under_the_id_asked_for_with_a_drift_row(scripted) -> None:
+    """A proxy that answers /ethereum with bitcoin's body: the rows stay under `ethereum` (the
+    id asked for) and the mix-up is visible in drift and log, never silent."""
+
+    def misrouting_proxy(seen, n):
+        endpoint, token = split_path(seen.path)
+        if endpoint == "markets":
+            return Reply(200, b'{"data": [], "total": 0}')
+        return listing_reply("bitcoin" if token == "ethereum" else token)
+
+    server = scripted(misrouting_proxy)
+    frames = defilens.Client(base_url=server.url).fetch(["ethereum", "solana"], progress=False)
+    assert sorted(frames.snapshot["token"]) == ["ethereum", "solana"]
+    drift = frames.drift.filter(pl.col("field") == "data.id")
+    assert drift.select("token", "found").rows() == [("ethereum", '"bitcoin"')]
+    note = frames.log.filter((pl.col("token") == "ethereum") & (pl.col("endpoint") == "listing"))["message"].item()
+    assert note.startswith('warning: the body is for "bitcoin"')
+    assert frames.log.filter(pl.col("token") == "solana")["message"].is_null().all()
+
+
+def test_the_cli_notes_come_from_the_data(scripted) -> None:
+    from defilens._cli import failures
+
+    def short_markets(seen, n):
+        endpoint, token = split_path(seen.path)
+        if endpoint == "markets":
+            body = json.loads(
+                Path(__file__).resolve().parent.parent.joinpath("src/model/samples/markets.json").read_text()
+            )
+            body["total"] = len(body["data"]) + 7
+            return Reply(200, json.dumps(body).encode())
+        return listing_reply("bitcoin" if token == "ethereum" else token)
+
+    frames = defilens.Client(base_url=scripted(short_markets).url).fetch(["ethereum"], progress=False)
+    notes = failures(frames)
+    assert "the service reports" in notes and "markets but sent" in notes
+    assert "the listing body is for \"bitcoin\"; kept under 'ethereum'" in notes

@@ -12,27 +12,12 @@ from ._polars_version import check_polars
 check_polars()
 
 # The imports below come after the check, so an old polars fails with its message, not theirs.
-from . import testing
+from . import _exceptions, testing
 from ._client import AsyncClient, Client
 from ._core import __version__
-from ._exceptions import (
-    APIError,
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    ConnectionError,
-    DecodeError,
-    DefiLensError,
-    DefiLensWarning,
-    HistoryError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
-    RequestFailedError,
-    ServerError,
-    TimeoutError,
-    TransportError,
-)
+
+# The exception classes, their names written once (in _exceptions.__all__).
+from ._exceptions import *  # noqa: F403
 from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
 from .history import collect, compact, convert, reparse, scan
@@ -53,21 +38,6 @@ __all__ = [
     "convert",
     "reparse",
     "testing",
-    "DefiLensError",
-    "DefiLensWarning",
-    "APIError",
-    "BadRequestError",
-    "AuthenticationError",
-    "RequestFailedError",
-    "PermissionDeniedError",
-    "NotFoundError",
-    "ConflictError",
-    "RateLimitError",
-    "ServerError",
-    "TransportError",
-    "TimeoutError",
-    "ConnectionError",
-    "DecodeError",
-    "HistoryError",
     "__version__",
 ]
+__all__ += _exceptions.__all__

@@ -353,9 +353,22 @@ def failures(frames: Frames) -> str:
             lines.append(f"  {row['token']} ({row['endpoint']}): {row['message']}")
         if errors.height > 5:
             lines.append(f"  ... {errors.height - 5} more in frames.errors (errors.parquet with --out)")
-    notes = frames.log.filter(pl.col("ok") & pl.col("message").str.starts_with("warning"))
-    for row in notes.head(3).iter_rows(named=True):
-        lines.append(f"note: {row['token']} markets: {row['message']}")
+    # Notes from the data, not from the log's wording: a markets list shorter than its `total`,
+    # and a body that named another token than the one asked for.
+    sent = frames.markets.group_by("token").agg(pl.len().alias("sent"))
+    incomplete = (
+        frames.log.filter(pl.col("ok") & (pl.col("endpoint") == "markets") & pl.col("total").is_not_null())
+        .join(sent, on="token", how="left")
+        .filter(pl.col("total") > pl.col("sent").fill_null(0))
+    )
+    for row in incomplete.head(3).iter_rows(named=True):
+        lines.append(
+            f"note: {row['token']} markets: the service reports {row['total']} markets but sent {row['sent'] or 0}"
+        )
+    for row in frames.drift.filter(pl.col("field") == "data.id").head(3).iter_rows(named=True):
+        lines.append(
+            f"note: {row['token']}: the listing body is for {row['found']}; kept under {row['token']!r} (see drift)"
+        )
     return "\n".join(lines)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
 import warnings
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
@@ -28,13 +27,7 @@ TokenIds = Union[str, Iterable[str]]
 
 
 def _is_loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return _core.is_loopback(url)
 
 
 def _token_list(token_ids: TokenIds) -> "list[str]":
@@ -224,7 +217,8 @@ class Client(_BaseClient):
 
     def _fetch(self, ids: "list[str]", *, markets: bool, progress: Optional[bool]) -> Frames:
         job = self._start(ids, listing=True, markets=markets)
-        with progress_callback(progress, len(ids) * (2 if markets else 1)) as callback:
+        # Duplicated ids are fetched once, so the bar counts distinct ids.
+        with progress_callback(progress, len(dict.fromkeys(ids)) * (2 if markets else 1)) as callback:
             result = job.wait(callback)
         return _from_core(result)
 
@@ -309,7 +303,7 @@ class AsyncClient(_BaseClient):
 
         job.add_done_callback(on_done)
         try:
-            with progress_callback(progress, len(ids) * (int(listing) + int(markets))) as callback:
+            with progress_callback(progress, len(dict.fromkeys(ids)) * (int(listing) + int(markets))) as callback:
                 while not finished.done():
                     await asyncio.wait({finished}, timeout=0.1 if callback else None)
                     if callback is not None:

@@ -10,8 +10,10 @@ __all__ = [
     "DEFAULTS",
     "FRAME_NAMES",
     "INTERVALS",
+    "FAMILY_INTERVALS",
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
+    "is_loopback",
     "__version__",
     "Engine",
     "FetchJob",
@@ -42,9 +44,15 @@ __version__: str
 DEFAULTS: _Defaults
 #: The frames of `Frames`, in order (``errors`` is derived from ``log``).
 FRAME_NAMES: List[str]
+#: Every known interval-suffixed family as the frames show it: (frame, name, the intervals the
+#: service's reference gives it). Which intervals exist for which family.
+FAMILY_INTERVALS: List[Tuple[str, str, List[str]]]
 INTERVALS: List[str]
 #: Longer token ids are refused before any request.
 MAX_TOKEN_ID_CHARS: int
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` points at this machine (``localhost`` or a loopback address)."""
 
 def check_base_url(base_url: str) -> str:
     """The base URL as requests use it; ValueError unless an http(s) URL with a host."""

@@ -22,8 +22,8 @@ def _fetched_at_ms(fetched_at: When) -> Optional[int]:
     if fetched_at is None:
         return None
     if isinstance(fetched_at, dt.datetime):
-        if fetched_at.tzinfo is None:
-            raise ValueError("fetched_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if fetched_at.tzinfo is None:  # naive means UTC, as everywhere in defilens
+            fetched_at = fetched_at.replace(tzinfo=dt.timezone.utc)
         return int(fetched_at.timestamp() * 1000)
     if isinstance(fetched_at, int) and not isinstance(fetched_at, bool):
         return fetched_at
@@ -34,7 +34,7 @@ def parse_token(body: Body, token_id: Optional[str] = None, fetched_at: When = N
     """Parses a listing response body (``bytes`` or ``str``) into `Frames`.
 
     ``token`` is ``token_id`` if given, else the body's ``data.id``; ``fetched_at`` is the
-    given time (a timezone-aware datetime, or ms since the epoch), else null. A malformed body
+    given time (a datetime, naive meaning UTC, or ms since the epoch), else null. A malformed body
     raises `DecodeError` naming the token and, where it can, the field and byte offset.
     """
     result = _core.parse_token(body, token_id, _fetched_at_ms(fetched_at))

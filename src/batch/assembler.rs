@@ -3,8 +3,9 @@
 use super::raw_store::RawStore;
 use super::FetchOutcome;
 use crate::client::Exchange;
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
 use crate::frames::{LogColumns, LogRecord};
+use crate::model::Endpoint;
 use crate::parse::{ListingBody, ListingBuilder, MarketsBody, MarketsBuilder};
 
 /// Builds the frames and the log from exchanges given in order: one log row per exchange, a
@@ -68,7 +69,15 @@ impl Assembler {
         let fetched_at = Some(exchange.fetched_at);
         let parsed = match exchange.endpoint {
             Endpoint::Listing => {
-                self.listing.append(&ListingBody { body: &body, token: Some(&exchange.token), fetched_at }).map(|_| ())
+                self.listing.append(&ListingBody { body: &body, token: Some(&exchange.token), fetched_at }).map(|_| {
+                    if let Some(id) = self.listing.misrouted() {
+                        record.message = Some(format!(
+                            "warning: the body is for {id:?}, not {:?} (a proxy or cache answered for another path?): \
+                             kept under {:?}, with a drift row",
+                            exchange.token, exchange.token
+                        ));
+                    }
+                })
             }
             Endpoint::Markets => {
                 self.markets.append(&MarketsBody { body: &body, token: &exchange.token, fetched_at }).map(|summary| {

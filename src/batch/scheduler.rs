@@ -16,7 +16,8 @@ use tokio::task::JoinSet;
 use super::assembler::Assembler;
 use super::{FetchOutcome, Progress};
 use crate::client::{now_ms, BackoffGauge, Exchange, HttpClient};
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
+use crate::model::Endpoint;
 
 /// Sends every exchange of the batch and turns them into frames, in (id, endpoint) order.
 pub(super) async fn run(

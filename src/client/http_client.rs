@@ -15,7 +15,8 @@ use super::config::ClientConfig;
 use super::limiter::RateLimiter;
 use super::retry::parse_retry_after;
 use super::url::{encode_path_segment, is_loopback_url, redact_url_credentials};
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
+use crate::model::Endpoint;
 
 const ERROR_BODY_EXCERPT: usize = 300;
 /// Bytes of a non-2xx body read for the error's excerpt.
@@ -185,7 +186,7 @@ impl HttpClient {
         if let Some(key) = &self.config.api_key {
             let mut value = HeaderValue::from_str(key).map_err(|_| Error::InvalidArgument("invalid api_key".into()))?;
             value.set_sensitive(true);
-            request = request.header("x-partner-key", value);
+            request = request.header(crate::model::KEY_HEADER, value);
         }
         let mut response = request.send().await.map_err(transport_error)?;
         let status = response.status().as_u16();

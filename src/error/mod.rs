@@ -5,7 +5,7 @@ mod status;
 
 use std::fmt;
 
-pub use crate::model::Endpoint;
+use crate::model::Endpoint;
 pub use status::{is_retryable_status, StatusClass};
 
 #[derive(Clone, Debug, PartialEq)]

@@ -200,6 +200,40 @@ const PATTERN_FAMILIES: &[(&str, &str)] = &[
     ("channel_pattern", "channel"),
 ];
 
+/// The intervals of the per-indicator families and the candlestick pattern families, as the
+/// service's reference lists them (no 4h).
+pub const INDICATOR_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
+/// The intervals of the grouped chart-pattern families: 4h instead of 1w.
+pub const GROUPED_PATTERN_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
+/// The grouped chart-pattern families (wire prefixes), the only ones with a 4h interval.
+pub const GROUPED_PATTERN_FAMILIES: [&str; 6] = [
+    "triangle_pattern",
+    "head_shoulder_pattern",
+    "multiple_top_bottom_pattern",
+    "double_top_bottom_pattern",
+    "wedge_pattern",
+    "channel_pattern",
+];
+
+/// Every known family as the frames show it: (frame, name in the frame, the intervals the
+/// service's reference gives it), in catalogue order. Documentation tables and the Sandbox's
+/// bodies are made from this, so neither can disagree with the parser.
+pub fn family_intervals() -> Vec<(&'static str, &'static str, &'static [&'static str; 5])> {
+    let mut families: Vec<(&'static str, &'static str, &'static [&'static str; 5])> = Vec::new();
+    families.extend(NUMERIC_FAMILIES.iter().map(|name| ("indicators", *name, &INDICATOR_INTERVALS)));
+    families.extend(TEXT_FAMILIES.iter().map(|name| ("signals", *name, &INDICATOR_INTERVALS)));
+    for (wire, family) in PATTERN_FAMILIES {
+        if *wire == "triple_pattern" {
+            continue; // the same family as the service's `tripple_pattern`
+        }
+        let intervals =
+            if GROUPED_PATTERN_FAMILIES.contains(wire) { &GROUPED_PATTERN_INTERVALS } else { &INDICATOR_INTERVALS };
+        families.push(("patterns", *family, intervals));
+    }
+    families.push(("ta_updated", "updated_at", &INDICATOR_INTERVALS));
+    families
+}
+
 /// Splits `rsi14_1h` into its family and interval. Returns `None` for keys that do not end in
 /// a known interval suffix (those are either snapshot fields or ignored).
 pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
@@ -345,6 +379,24 @@ pub fn split_market_pair(pair: &str) -> (&str, Option<&str>) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn each_family_has_its_intervals_once() {
+        let families = family_intervals();
+        let names: Vec<(&str, &str)> = families.iter().map(|(frame, name, _)| (*frame, *name)).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a family is listed twice: {names:?}");
+        let intervals_of = |name: &str| families.iter().find(|(_, n, _)| *n == name).map(|(_, _, i)| i.to_vec());
+        assert_eq!(intervals_of("rsi14"), Some(vec!["5m", "15m", "1h", "24h", "1w"]));
+        assert_eq!(intervals_of("triangle"), Some(vec!["5m", "15m", "1h", "24h", "4h"]));
+        assert_eq!(intervals_of("triple"), Some(vec!["5m", "15m", "1h", "24h", "1w"]));
+        for (_, _, intervals) in &families {
+            assert!(intervals.iter().all(|i| Interval::from_suffix(i).is_some()));
+        }
+    }
+
     use super::*;
 
     fn iv(suffix: &str) -> Interval {

@@ -10,6 +10,9 @@ pub mod value;
 
 pub use interval::{Interval, INTERVALS};
 
+/// The header that carries the API key on every request.
+pub const KEY_HEADER: &str = "x-partner-key";
+
 /// The service's two GET endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Endpoint {

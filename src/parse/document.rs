@@ -5,7 +5,8 @@ use std::borrow::Cow;
 
 use serde::de::DeserializeSeed;
 
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
+use crate::model::Endpoint;
 
 /// Implements `DeserializeSeed` for a visitor that carries its own state, by asking the
 /// deserializer for the JSON shape it expects (`deserialize_map`, `_seq` or `_any`).

@@ -19,13 +19,14 @@ use super::document::{parse_document, seed_from_visitor, DecodeContext};
 use super::general_info::{scan_general_info, GeneralInfo};
 use super::pending::PendingListing;
 use super::scanner::Scanner;
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
 use crate::frames::listing::Name;
-use crate::frames::{ListingColumns, ListingFrames, ListingRows};
+use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::fields::{
     classify_data_key, unknown_pattern_family, DataKey, FamilyKind, ScalarType, SuffixedKey, SNAPSHOT_FIELDS,
 };
-use crate::model::value::{convert, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
+use crate::model::value::{convert, excerpt, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
+use crate::model::Endpoint;
 use crate::model::Interval;
 
 /// One listing response body and what is known about it.
@@ -415,12 +416,14 @@ pub struct ListingBuilder {
     /// The row buffers of the last body, emptied, for the next.
     spare_rows: Option<ListingRows<'static>>,
     shape: KeyShape,
+    /// See `misrouted`.
+    misrouted: Option<String>,
 }
 
 impl ListingBuilder {
     /// `tokens` is a capacity hint: the number of bodies expected.
     pub fn new(tokens: usize) -> Self {
-        Self { columns: ListingColumns::new(tokens), spare_rows: None, shape: KeyShape::default() }
+        Self { columns: ListingColumns::new(tokens), spare_rows: None, shape: KeyShape::default(), misrouted: None }
     }
 
     /// Parses one listing body and appends its rows. Returns the token the rows carry.
@@ -465,6 +468,18 @@ impl ListingBuilder {
             }
         };
         let token = token.into_owned();
+        self.misrouted = None;
+        if let (Some(asked), Typed::Str(id)) = (input.token, &pending.rows.scalars[0]) {
+            // The body names another token than the one asked for (a proxy or cache answered
+            // for the wrong path): the rows are kept under the id asked for, and a drift row and
+            // the log say so, so it is never recorded silently under the wrong token.
+            let same = |other: &Typed<'_>| matches!(other, Typed::Str(text) if text.eq_ignore_ascii_case(asked));
+            if !id.is_empty() && !same(&pending.rows.scalars[0]) && !same(&pending.rows.scalars[1]) {
+                self.misrouted = Some(id.to_string());
+                let mismatch = Mismatch { expected: "the id that was asked for", found: excerpt(id) };
+                pending.rows.drift.push(DriftRow { field: "data.id".into(), mismatch });
+            }
+        }
         self.columns.append(&token, input.fetched_at, &mut pending.rows);
         self.spare_rows = Some(pending.rows.recycle());
         Ok(token)
@@ -472,6 +487,12 @@ impl ListingBuilder {
 
     pub fn finish(self) -> ListingFrames {
         self.columns.finish()
+    }
+
+    /// The `data.id` of the body just appended when it names another token than the one asked
+    /// for (its rows went under the id asked for, with a drift row).
+    pub fn misrouted(&self) -> Option<&str> {
+        self.misrouted.as_deref()
     }
 
     /// `append` without the fast scanner: what the scanner's results must equal.

@@ -6,10 +6,11 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
 use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
+use crate::model::Endpoint;
 
 /// One markets response body.
 #[derive(Clone, Copy, Debug)]

@@ -13,8 +13,8 @@ use super::arguments::{integer, number, optional, type_name};
 use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
 use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
-use crate::error::Endpoint;
 use crate::frames::ListingFrames;
+use crate::model::Endpoint;
 
 /// How often a blocked call wakes up to check for Ctrl-C and draw progress.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
@@ -210,4 +210,11 @@ pub(super) fn check_base_url(base_url: &Bound<'_, PyAny>) -> PyResult<String> {
         PyTypeError::new_err(format!("base_url must be a str (or a Sandbox), got {}", type_name(base_url)))
     })?;
     Ok(crate::client::config::check_base_url(&text)?)
+}
+
+/// Whether `url` points at this machine (`localhost` or a loopback address): where the client
+/// sends no key warnings and needs no key. False for anything that is not a URL.
+#[pyfunction]
+pub(super) fn is_loopback(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|url| crate::client::url::is_loopback_url(&url))
 }

@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
+use crate::model::Endpoint;
 
 /// Every class `defilens._exceptions` exports, by name.
 static CLASSES: PyOnceLock<HashMap<String, Py<PyType>>> = PyOnceLock::new();

@@ -43,6 +43,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULTS", defaults(m.py())?)?;
     m.add("INTERVALS", INTERVALS.to_vec())?;
     m.add("FRAME_NAMES", FRAME_NAMES.to_vec())?;
+    let families: Vec<(&str, &str, Vec<&str>)> = crate::model::fields::family_intervals()
+        .into_iter()
+        .map(|(frame, name, intervals)| (frame, name, intervals.to_vec()))
+        .collect();
+    m.add("FAMILY_INTERVALS", families)?;
     m.add_class::<client::Engine>()?;
     m.add_class::<client::FetchJob>()?;
     m.add_class::<client::RawBodies>()?;
@@ -53,6 +58,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;
+    m.add_function(wrap_pyfunction!(client::is_loopback, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]

@@ -8,8 +8,9 @@ use pyo3_polars::PyDataFrame;
 use super::client::listing_frames_dict;
 use super::errors::detached;
 use crate::client::validate_token_id;
-use crate::error::{Endpoint, Error};
+use crate::error::Error;
 use crate::frames::empty_frames as all_empty_frames;
+use crate::model::Endpoint;
 use crate::parse::{self, ListingBody, MarketsBody};
 
 enum BodyBytes<'a> {

@@ -82,10 +82,11 @@ impl Rng {
     }
 }
 
-/// Intervals of the per-indicator fields.
-pub(super) const TA_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "1w"];
-/// Intervals of the grouped chart-pattern fields: 4h instead of 1w, as the service does.
-pub(super) const GROUPED_INTERVALS: [&str; 5] = ["5m", "15m", "1h", "24h", "4h"];
+/// Intervals of the per-indicator fields, and of the grouped chart-pattern fields (4h instead
+/// of 1w, as the service does): the catalogue's.
+pub(super) use crate::model::fields::{
+    GROUPED_PATTERN_INTERVALS as GROUPED_INTERVALS, INDICATOR_INTERVALS as TA_INTERVALS,
+};
 
 pub(super) const CATEGORIES: &[&str] = &[
     "Layer 1",

@@ -68,7 +68,7 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
     };
 
     let mut series: Vec<(&str, Vec<Candle>, Detected)> = Vec::with_capacity(6);
-    for interval in ["5m", "15m", "1h", "4h", "24h", "1w"] {
+    for interval in crate::model::INTERVALS {
         let level = level_of(interval).unwrap_or_default();
         let candles = market.candles(level, now_ms, HISTORY);
         let found = detect(&candles);

@@ -96,7 +96,7 @@ async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     shared.requests.fetch_add(1, Ordering::Relaxed);
     let read_only = matches!(*request.method(), Method::GET | Method::HEAD);
     let target = request.uri().path_and_query().map_or("/", |target| target.as_str());
-    let partner_key = request.headers().get("x-partner-key").map(HeaderValue::as_bytes);
+    let partner_key = request.headers().get(crate::model::KEY_HEADER).map(HeaderValue::as_bytes);
     let reply = decide(&shared, read_only, target, partner_key);
     let keep_alive = wants_keep_alive(&request) && reply.delivery == Delivery::Complete;
     // Read any request body to its end, so the next request on the connection starts cleanly.
