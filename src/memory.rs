@@ -64,6 +64,7 @@ mod mapped {
     /// # Safety
     /// `pointer` and `size` are those of a mapping made by `map` or `remap`.
     pub unsafe fn unmap(pointer: *mut u8, size: usize) {
+        // SAFETY: the caller passes a mapping of ours, whole (see # Safety).
         unsafe { libc::munmap(pointer.cast(), size) };
     }
 
@@ -74,6 +75,7 @@ mod mapped {
     /// # Safety
     /// `pointer` and `size` are those of a mapping made by `map` or `remap`.
     pub unsafe fn remap(pointer: *mut u8, size: usize, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller passes a mapping of ours, whole; the kernel keeps it on failure.
         let moved = unsafe { libc::mremap(pointer.cast(), size, new_size, libc::MREMAP_MAYMOVE) };
         if moved == libc::MAP_FAILED {
             return std::ptr::null_mut();
@@ -90,6 +92,7 @@ unsafe impl GlobalAlloc for Allocator {
         if mapped::applies(&layout) {
             return mapped::map(layout.size());
         }
+        // SAFETY: GlobalAlloc's contract, passed on to the system allocator unchanged.
         unsafe { System.alloc(layout) }
     }
 
@@ -98,14 +101,17 @@ unsafe impl GlobalAlloc for Allocator {
         if mapped::applies(&layout) {
             return mapped::map(layout.size()); // fresh mappings are zeroed
         }
+        // SAFETY: as `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
         #[cfg(target_os = "linux")]
         if mapped::applies(&layout) {
+            // SAFETY: a layout of this size was mapped by `alloc` (the same rule decides both).
             return unsafe { mapped::unmap(pointer, layout.size()) };
         }
+        // SAFETY: a layout of this size came from the system allocator (see `alloc`).
         unsafe { System.dealloc(pointer, layout) }
     }
 
@@ -116,6 +122,7 @@ unsafe impl GlobalAlloc for Allocator {
             let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
             let (mapped_now, mapped_after) = (mapped::applies(&layout), mapped::applies(&new_layout));
             if mapped_now && mapped_after {
+                // SAFETY: both sizes are mapped sizes, so `pointer` is a whole mapping of ours.
                 let remapped = unsafe { mapped::remap(pointer, layout.size(), new_size) };
                 if !remapped.is_null() {
                     return remapped;
@@ -124,8 +131,11 @@ unsafe impl GlobalAlloc for Allocator {
             if mapped_now || mapped_after {
                 // Across the threshold, or a refused remap: a new block, the bytes copied, the
                 // old block freed.
+                // SAFETY: `new_layout` is valid (above).
                 let moved = unsafe { self.alloc(new_layout) };
                 if !moved.is_null() {
+                    // SAFETY: two live blocks, each at least the copied length; the old one is
+                    // freed with the layout it was made with.
                     unsafe {
                         std::ptr::copy_nonoverlapping(pointer, moved, layout.size().min(new_size));
                         self.dealloc(pointer, layout);
@@ -134,6 +144,7 @@ unsafe impl GlobalAlloc for Allocator {
                 return moved;
             }
         }
+        // SAFETY: neither size is mapped: the block and its growth are the system allocator's.
         unsafe { System.realloc(pointer, layout, new_size) }
     }
 }

@@ -19,7 +19,7 @@ impl BackoffGauge {
 
     /// Completes when a request has started waiting since the last call (at once if one has).
     pub async fn started_waiting(&self) {
-        self.started_waiting.notified().await
+        self.started_waiting.notified().await;
     }
 
     /// Counts the caller until the guard is dropped (also when its request is cancelled).
@@ -55,7 +55,7 @@ mod tests {
         assert_eq!(gauge.waiting(), 0);
         // The starts above left a signal for the next waiter.
         crate::runtime::runtime().block_on(async {
-            tokio::time::timeout(Duration::from_secs(5), gauge.started_waiting()).await.expect("signalled")
+            tokio::time::timeout(Duration::from_secs(5), gauge.started_waiting()).await.expect("signalled");
         });
     }
 }

@@ -12,7 +12,7 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
     }
     let b = text.trim().as_bytes();
     let mut pos = 0usize;
-    let year = digits(b, &mut pos, 4).ok_or("expected a 4-digit year")? as i64;
+    let year = i64::from(digits(b, &mut pos, 4).ok_or("expected a 4-digit year")?);
     expect(b, &mut pos, b'-')?;
     let month = digits(b, &mut pos, 2).ok_or("expected a 2-digit month")?;
     expect(b, &mut pos, b'-')?;
@@ -39,7 +39,7 @@ pub fn parse_timestamp_ms(text: &str) -> Result<i64, &'static str> {
             let start = pos;
             while pos < b.len() && b[pos].is_ascii_digit() {
                 if pos - start < 3 {
-                    fraction_ms = fraction_ms * 10 + (b[pos] - b'0') as i64;
+                    fraction_ms = fraction_ms * 10 + i64::from(b[pos] - b'0');
                 }
                 pos += 1;
             }
@@ -120,13 +120,13 @@ fn parse_offset_ms(b: &[u8], pos: &mut usize) -> Result<i64, &'static str> {
         }
         sign @ (b'+' | b'-') => {
             *pos += 1;
-            let hours = digits(b, pos, 2).ok_or("expected a 2-digit offset hour")? as i64;
+            let hours = i64::from(digits(b, pos, 2).ok_or("expected a 2-digit offset hour")?);
             let mut minutes = 0i64;
             if *pos < b.len() && b[*pos] == b':' {
                 *pos += 1;
             }
             if *pos < b.len() {
-                minutes = digits(b, pos, 2).ok_or("expected 2-digit offset minutes")? as i64;
+                minutes = i64::from(digits(b, pos, 2).ok_or("expected 2-digit offset minutes")?);
             }
             if hours > 23 || minutes > 59 {
                 return Err("offset out of range");
@@ -145,7 +145,7 @@ fn digits(b: &[u8], pos: &mut usize, n: usize) -> Option<u32> {
         if !c.is_ascii_digit() {
             return None;
         }
-        value = value * 10 + (c - b'0') as u32;
+        value = value * 10 + u32::from(c - b'0');
     }
     *pos += n;
     Some(value)
@@ -178,8 +178,8 @@ pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = if y >= 0 { y } else { y - 399 } / 400;
     let yoe = y - era * 400;
-    let m = month as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day as i64 - 1;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }

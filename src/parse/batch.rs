@@ -95,6 +95,6 @@ mod tests {
         let (frames, results) = parse_listings(&inputs);
         assert!(results.iter().all(Result::is_ok));
         let values: Vec<Option<f64>> = frames.indicators.column("value").unwrap().f64().unwrap().iter().collect();
-        assert_eq!(values, (0..1000).map(|i| Some(i as f64)).collect::<Vec<_>>());
+        assert_eq!(values, (0..1000).map(|i| Some(f64::from(i))).collect::<Vec<_>>());
     }
 }

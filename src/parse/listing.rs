@@ -279,7 +279,7 @@ fn scan_data_field<'de>(
         CachedRoute::Family { name, kind: FamilyKind::Patterns, interval } if scanner.at_array() => {
             // Nulls in the array carry no pattern; any other element is left to serde_json.
             scanner.strings(|pattern| {
-                pending.rows.patterns.push((interval, Cow::Borrowed(name), Some(Cow::Borrowed(pattern))))
+                pending.rows.patterns.push((interval, Cow::Borrowed(name), Some(Cow::Borrowed(pattern))));
             })?;
         }
         CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::F64 && scanner.at_number() => {

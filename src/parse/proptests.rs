@@ -68,7 +68,7 @@ fn json_value() -> impl Strategy<Value = String> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(|items| format!("[{}]", items.join(","))),
             prop::collection::vec(("[a-z_0-9]{1,8}", inner), 0..6).prop_map(|entries| {
-                let body: Vec<String> = entries.iter().map(|(k, v)| format!("{:?}:{v}", k)).collect();
+                let body: Vec<String> = entries.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
                 format!("{{{}}}", body.join(","))
             }),
         ]

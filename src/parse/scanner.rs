@@ -546,9 +546,7 @@ impl<'de> Scanner<'de> {
         } else {
             None
         };
-        let magnitude = if let Some(value) = quick {
-            value
-        } else {
+        let Some(magnitude) = quick else {
             // fast-float2 (Eisel-Lemire, then exact arithmetic) is correctly rounded too.
             let value: f64 = fast_float2::parse(&bytes[start..pos]).ok()?;
             if value.is_infinite() {

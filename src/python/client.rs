@@ -198,7 +198,7 @@ impl FetchJob {
                 if let Err(error) = callback.call0(py) {
                     error.write_unraisable(py, None);
                 }
-            })
+            });
         }));
     }
 }

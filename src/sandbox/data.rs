@@ -369,9 +369,9 @@ mod tests {
                     let names = field.as_array().expect("pattern fields are arrays");
                     assert!(names.iter().all(Value::is_string));
                     if names.is_empty() {
-                        empty += 1
+                        empty += 1;
                     } else {
-                        filled += 1
+                        filled += 1;
                     }
                 }
             }

@@ -212,7 +212,7 @@ impl Sandbox {
         // other tasks off this thread while it blocks, so the tasks being waited for can run.
         match tokio::runtime::Handle::try_current() {
             Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(wait)
+                tokio::task::block_in_place(wait);
             }
             _ => wait(),
         }

@@ -32,7 +32,7 @@ static TIMER: LazyLock<&'static Timer> = LazyLock::new(|| {
         .name("defilens-precise-timer".into())
         .spawn(move || {
             reduce_timer_slack();
-            timer.run()
+            timer.run();
         })
         .expect("the timer thread starts");
     timer

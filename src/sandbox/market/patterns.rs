@@ -443,7 +443,7 @@ mod tests {
     fn after_trend(direction: f64, tail: &[Candle]) -> Vec<Candle> {
         let mut candles: Vec<Candle> = (0..11)
             .map(|i| {
-                let open = 100.0 + direction * i as f64;
+                let open = 100.0 + direction * f64::from(i);
                 let close = open + direction;
                 candle(open, open.max(close) + 0.5, open.min(close) - 0.5, close)
             })
@@ -488,7 +488,7 @@ mod tests {
         };
         let candles: Vec<Candle> = (0..60)
             .map(|i| {
-                let (open, close) = (position(i as f64 - 1.0), position(i as f64));
+                let (open, close) = (position(f64::from(i) - 1.0), position(f64::from(i)));
                 candle(open, open.max(close) + 0.1, open.min(close) - 0.1, close)
             })
             .collect();
@@ -514,7 +514,7 @@ mod tests {
         let bump = |x: f64| 20.0 * (-((x - 20.0) / 3.0).powi(2)).exp() + 20.0 * (-((x - 40.0) / 3.0).powi(2)).exp();
         let candles: Vec<Candle> = (0..60)
             .map(|i| {
-                let y = 100.0 + bump(i as f64);
+                let y = 100.0 + bump(f64::from(i));
                 candle(y - 0.3, y, y - 1.0, y - 0.5)
             })
             .collect();

@@ -177,7 +177,7 @@ mod tests {
         assert!(market_cap_rank(1e9) > 90 && market_cap_rank(1e9) < 110);
         let mut last = 0;
         for exponent in (40..130).rev() {
-            let rank = market_cap_rank(10f64.powf(exponent as f64 / 10.0));
+            let rank = market_cap_rank(10f64.powf(f64::from(exponent) / 10.0));
             assert!(rank >= last);
             last = rank;
         }
@@ -187,7 +187,7 @@ mod tests {
     fn rounding_to_the_tick_matches_the_printed_decimal() {
         let profile = Profile::of(3, "coin-x");
         for i in 0..200 {
-            let price = profile.anchor_price * (1.0 + i as f64 / 97.0);
+            let price = profile.anchor_price * (1.0 + f64::from(i) / 97.0);
             let rounded = profile.round_price(price);
             let text = format!("{:.*}", profile.decimals as usize, rounded);
             assert_eq!(text.parse::<f64>().ok(), Some(rounded), "{text}");
