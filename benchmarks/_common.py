@@ -184,7 +184,41 @@ def machine() -> str:
     except Exception:
         defilens_version = "?"
     return (
-        f"{cpu}; {usable} usable cores ({os.cpu_count()} online); {memory}; {platform.system()} "
+        f"{cpu} ({simd_level()}); {usable} usable cores ({os.cpu_count()} online); {memory}; {platform.system()} "
         f"{platform.release()}; Python {platform.python_version()}; polars {polars.__version__}; "
-        f"defilens {defilens_version}; {time.strftime('%Y-%m-%d %H:%M %Z')}"
+        f"defilens {defilens_version} at commit {commit()}; {time.strftime('%Y-%m-%d %H:%M %Z')}"
     )
+
+
+def simd_level() -> str:
+    """The widest x86 SIMD the CPU offers (what a SIMD parser runs at), from /proc/cpuinfo."""
+    flags: "set[str]" = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as lines:
+        for line in lines:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    for level in ("avx512bw", "avx512f", "avx2", "sse4_2"):
+        if level in flags:
+            return level
+    return "no x86 SIMD flags" if not flags else "baseline SIMD"
+
+
+def commit() -> str:
+    """The commit the figures were measured on (with "+changes" when the tree differs from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
