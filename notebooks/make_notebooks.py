@@ -30,7 +30,7 @@ client"""
 NOTEBOOKS = {
     "01_quickstart.ipynb": [
         new_markdown_cell(
-            '# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+            '# Quickstart: one token, every frame\n\nWhat `defilens` gives you for one token, and what each column means. Runs offline against the Sandbox unless `DEFILENS_API_KEY` is set.\n\nSet up once (defilens is not on PyPI yet): `pip install tqdm ipywidgets matplotlib`, or `pip install ".[notebook]"` from a clone (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
         ),
         new_code_cell(SETUP),
         new_code_cell('frames = client.token("bitcoin")\nframes'),
@@ -69,7 +69,7 @@ NOTEBOOKS = {
     ],
     "02_screen.ipynb": [
         new_markdown_cell(
-            '# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+            '# Cross-token screen: who is oversold or overbought?\n\nFetch a few dozen tokens and look across intervals: an RSI heat map, where price sits inside its Bollinger bands, and which patterns fire.\n\nSet up once (defilens is not on PyPI yet): `pip install tqdm ipywidgets matplotlib`, or `pip install ".[notebook]"` from a clone (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
         ),
         new_code_cell(SETUP),
         new_code_cell(
@@ -103,7 +103,7 @@ NOTEBOOKS = {
     ],
     "03_markets_liquidity.ipynb": [
         new_markdown_cell(
-            '# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
+            '# Markets and liquidity: where does a token really trade?\n\nVolume share by exchange, liquidity scores, and the asymmetry of ±2% depth, by exchange and quote currency.\n\nSet up once (defilens is not on PyPI yet): `pip install tqdm ipywidgets matplotlib`, or `pip install ".[notebook]"` from a clone (tqdm, ipywidgets and matplotlib: progress bars that draw as widgets, and the plots).'
         ),
         new_code_cell(SETUP),
         new_code_cell(
@@ -113,7 +113,7 @@ NOTEBOOKS = {
             '# Is the market list complete? The service reports a `total` that can exceed the list it sends.\nframes.log.filter(pl.col("endpoint") == "markets").select("token", "total", "message")'
         ),
         new_code_cell(
-            'share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", descending=True)\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume (listed pairs)")\nplt.setp(ax.get_xticklabels(), rotation=40, ha="right")\nfig.tight_layout()\nplt.show()'
+            'share = (\n    markets.filter(pl.col("token") == "bitcoin")\n    .group_by("exchange_name")\n    .agg(pl.col("volume_usd").sum())\n    .with_columns((pl.col("volume_usd") / pl.col("volume_usd").sum() * 100).alias("share_pct"))\n    .sort("share_pct", "exchange_name", descending=[True, False])\n)\n\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(8, 3))\nax.bar(share["exchange_name"].to_list(), share["share_pct"].to_list(), color="darkorange")\nax.set_ylabel("% of bitcoin volume (listed pairs)")\nplt.setp(ax.get_xticklabels(), rotation=40, ha="right")\nfig.tight_layout()\nplt.show()'
         ),
         new_markdown_cell(
             "## Depth asymmetry\n\n`depth_usd_positive_two` is the capital needed to push the price up 2%, `depth_usd_negative_two` down 2%. A ratio above 1 means it is harder to push the price up than down (more resting asks than bids)."
@@ -122,7 +122,7 @@ NOTEBOOKS = {
             'depth = (\n    markets.with_columns((pl.col("depth_usd_positive_two") / pl.col("depth_usd_negative_two")).alias("up_down_depth_ratio"))\n    .group_by("token", "quote")\n    .agg(\n        pl.col("volume_usd").sum(),\n        pl.col("liquidity_score").mean().round(0).alias("mean_liquidity_score"),\n        pl.col("up_down_depth_ratio").median().round(2),\n    )\n    .sort("token", "volume_usd", descending=[False, True])\n)\ndepth'
         ),
         new_code_cell(
-            'fig, ax = plt.subplots(figsize=(6, 4))\nfor token, group in markets.group_by("token"):\n    ax.scatter(group["liquidity_score"].to_list(), group["volume_usd"].to_list(), label=token[0], alpha=0.7)\nax.set_yscale("log")\nax.set_xlabel("liquidity score (0-1000)")\nax.set_ylabel("volume (USD)")\nax.legend()\nplt.show()'
+            'fig, ax = plt.subplots(figsize=(6, 4))\n# In token order, so every run gives each token the same colour.\nfor token, group in markets.sort("token").group_by("token", maintain_order=True):\n    ax.scatter(group["liquidity_score"].to_list(), group["volume_usd"].to_list(), label=token[0], alpha=0.7)\nax.set_yscale("log")\nax.set_xlabel("liquidity score (0-1000)")\nax.set_ylabel("volume (USD)")\nax.legend()\nplt.show()'
         ),
     ],
 }
@@ -188,7 +188,7 @@ candles.tail(3)"""
 
 NOTEBOOKS["04_history.ipynb"] = [
     new_markdown_cell(
-        '# History over simulated time\n\nThe service answers only "now"; history comes from polling it. The Sandbox\'s clock can be simulated, so two weeks of hourly rounds take a few seconds here: each token follows a seeded price path, and every indicator is computed from its candles by the standard definitions.\n\nSet up once: `pip install "defilens[notebook]"` (tqdm, ipywidgets and matplotlib). Against the real service, `defilens collect TOKEN... --every 1h --out DIR` builds the same history on disk, and `defilens.scan(DIR, "indicators")` reads it back.'
+        '# History over simulated time\n\nThe service answers only "now"; history comes from polling it. The Sandbox\'s clock can be simulated, so two weeks of hourly rounds take a few seconds here: each token follows a seeded price path, and every indicator is computed from its candles by the standard definitions.\n\nSet up once (defilens is not on PyPI yet): `pip install tqdm ipywidgets matplotlib`, or `pip install ".[notebook]"` from a clone (tqdm, ipywidgets and matplotlib). Against the real service, `defilens collect TOKEN... --every 1h --out DIR` builds the same history on disk, and `defilens.scan(DIR, "indicators")` reads it back.'
     ),
     new_code_cell(HISTORY_SETUP),
     new_markdown_cell(

@@ -519,8 +519,20 @@ def test_two_compactions_beside_a_collector_lose_nothing(tmp_path: Path) -> None
 
 def test_without_the_history_extra_the_error_names_it(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "deltalake", None)
-    with pytest.raises(ImportError, match=r"defilens\[history\]"):
+    with pytest.raises(ImportError, match="the history extra"):
         _collect(tmp_path / "h", 1)
     monkeypatch.setitem(sys.modules, "obstore", None)
-    with pytest.raises(ImportError, match=r"defilens\[history\]"):
+    with pytest.raises(ImportError, match="the history extra"):
         defilens.compact(tmp_path / "h")
+
+
+def test_the_install_hint_names_what_the_history_extra_holds() -> None:
+    import re
+
+    from defilens.history._root import INSTALL_HINT
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    extra = re.search(r"^history = \[(.*)\]$", pyproject, re.M)
+    assert extra is not None
+    for requirement in re.findall(r'"([^"]+)"', extra.group(1)):
+        assert f'"{requirement}"' in INSTALL_HINT, requirement

@@ -108,3 +108,27 @@ def test_batch_with_faults_loses_no_token() -> None:
     assert len(snapshot_tokens) >= 0.99 * 1000
     assert frames.log.filter(pl.col("endpoint") == "markets").height == len(ids)
     assert frames.log.filter(pl.col("attempts") > 1).height > 0
+
+
+def test_a_screen_over_the_sandbox_is_not_misled() -> None:
+    """What a newcomer's first screen met: stablecoins that never move (RSI 0 topped every
+    oversold screen), tickers shared by several ids, ids the real service could not have served
+    as coins, a token quoted in itself, bitcoin among the meme coins."""
+    import polars as pl
+
+    from defilens.testing import Sandbox
+
+    assert {"bitcoin", "ethereum", "tether", "usd-coin"} <= set(Sandbox.known_ids)
+    ids = ["tether", "usd-coin", "bitcoin", "ethereum"] + [f"coin-{i:03d}" for i in range(60)]
+    with Sandbox(now="2026-03-01T00:00:00Z") as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        frames = client.fetch([*ids, "Bitcoin", "BTC", "bit coin"], progress=False)
+    rsi = frames.indicators.filter(pl.col("indicator") == "rsi14", pl.col("token").is_in(["tether", "usd-coin"]))
+    assert rsi.height == 10 and rsi["value"].is_between(5, 95).all(), rsi
+    symbols = frames.snapshot.select("token", "symbol")
+    assert symbols["symbol"].n_unique() == symbols.height
+    assert sorted(frames.errors["token"].unique()) == ["BTC", "Bitcoin", "bit coin"]
+    assert frames.errors["status"].unique().to_list() == [404]
+    assert frames.markets.filter(pl.col("base") == pl.col("quote")).height == 0
+    bitcoin = frames.snapshot.filter(pl.col("token") == "bitcoin")["categories"].item().to_list()
+    assert "Meme" not in bitcoin and "Proof of Work" in bitcoin

@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
             "Poll tokens every --every and commit each round to a history of Delta Lake tables, one a frame "
             "(DIR/<frame>/, partitioned by date), every round exactly once in every table; several collectors may "
             "write one DIR at once. Read it with defilens.scan(DIR, frame), polars' scan_delta, DuckDB's delta_scan, "
-            'Spark or pandas. Needs pip install "defilens[history]".'
+            'Spark or pandas. Needs the history extra: pip install deltalake obstore.'
         ),
     )
     coll.add_argument("tokens", nargs="+", metavar="TOKEN")

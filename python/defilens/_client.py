@@ -239,7 +239,7 @@ class Client(_BaseClient):
     ) -> int:
         """Polls ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) into a history of
         Delta tables at ``out``: `defilens.collect` with this client (read it with
-        `defilens.scan`). Needs ``pip install "defilens[history]"``.
+        `defilens.scan`). Needs the history extra (``pip install deltalake obstore``).
 
         Every round lands exactly once in every table, also after a crash (the next run finishes
         it); several collectors may write one history at once. Stops after ``count`` rounds

@@ -1,7 +1,7 @@
 """Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
 
 import datetime as dt
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
 from typing_extensions import Self, TypedDict, disjoint_base, final
@@ -122,6 +122,10 @@ class Sandbox:
     stands still (``speed=None``) until ``advance`` moves it, or runs ``speed`` times faster than
     real time. ``speed`` alone runs a simulated clock from the wall clock's time.
     """
+
+    #: The ids with realistic levels, tickers and categories (``bitcoin``, ``ethereum``,
+    #: ``tether``, ...); every other lowercase slug is served as a plausible small or mid cap.
+    known_ids: ClassVar[List[str]]
 
     def __new__(
         cls,

@@ -171,6 +171,13 @@ impl PySandbox {
         Ok(PySandbox { url: server.url(), port: server.port(), seed, server: Mutex::new(Some(server)) })
     }
 
+    /// The ids with realistic levels, tickers and categories (`bitcoin`, `ethereum`, `tether`,
+    /// ...); every other lowercase slug is served as a plausible small or mid cap of its own.
+    #[classattr]
+    fn known_ids() -> Vec<&'static str> {
+        sandbox::known_ids()
+    }
+
     /// Base URL to pass as `base_url=`.
     #[getter]
     fn url(&self) -> &str {
@@ -209,9 +216,10 @@ impl PySandbox {
     /// as a DataFrame with `open_time`, `open`, `high`, `low`, `close` and `volume` (in tokens):
     /// the candles every indicator of the listing is computed from.
     fn candles(&self, py: Python<'_>, token_id: &str, interval: &str) -> PyResult<PyDataFrame> {
-        if token_id.starts_with("unknown") {
+        if !sandbox::lists(token_id) {
             return Err(PyValueError::new_err(format!(
-                "{token_id:?} is not listed: the Sandbox answers 404 for ids beginning with \"unknown\""
+                "{token_id:?} is not listed: the Sandbox serves lowercase slugs such as \"bitcoin\" and answers 404 \
+                 for ids beginning with \"unknown\""
             )));
         }
         let seed = self.seed;

@@ -120,18 +120,6 @@ pub(super) const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"]
 
 /// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
 /// first letters.
-pub(super) const KNOWN_SYMBOLS: &[(&str, &str)] = &[
-    ("bitcoin", "BTC"),
-    ("ethereum", "ETH"),
-    ("tether", "USDT"),
-    ("solana", "SOL"),
-    ("ripple", "XRP"),
-    ("binancecoin", "BNB"),
-    ("usd-coin", "USDC"),
-    ("dogecoin", "DOGE"),
-    ("cardano", "ADA"),
-    ("chainlink", "LINK"),
-];
 
 pub(super) fn json_string(text: &str) -> String {
     // Serialising a &str cannot fail; the fallback only keeps the output valid JSON regardless.
@@ -175,18 +163,21 @@ pub(super) fn url_slug(seed: u64, token: &str) -> String {
     }
 }
 
-/// The ticker: a known one, else the first 3 to 5 ASCII letters or digits, upper-cased.
+/// The ticker: a known one, else the id's ASCII letters and digits upper-cased (`coin-043` ->
+/// `COIN043`), so that different ids never share a ticker; a long id keeps 6 of them and 4 hex
+/// digits of its hash.
 pub(super) fn symbol_of(token: &str) -> String {
-    if let Some((_, symbol)) = KNOWN_SYMBOLS.iter().find(|(id, _)| *id == token) {
-        return (*symbol).to_string();
+    if let Some(known) = super::market::known_token(token) {
+        return known.symbol.to_string();
     }
-    let length = 3 + (stable_hash(0, &[token.as_bytes(), b"symbol"]) % 3) as usize;
-    let letters: String = token.chars().filter(char::is_ascii_alphanumeric).take(length).collect();
+    let letters: String = token.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_uppercase();
     if letters.is_empty() {
-        "TKN".into()
-    } else {
-        letters.to_ascii_uppercase()
+        return format!("T{:04X}", stable_hash(0, &[token.as_bytes(), b"symbol"]) & 0xffff);
     }
+    if letters.len() <= 10 {
+        return letters;
+    }
+    format!("{}{:04X}", &letters[..6], stable_hash(0, &[token.as_bytes(), b"symbol"]) & 0xffff)
 }
 
 /// The display name: words of the id (split at `-` and `_`), each capitalised.

@@ -48,7 +48,12 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
     let id = json_string(token);
     let name = display_name(token);
     let site = url_slug(seed, token);
-    let categories = rng.some_of(CATEGORIES, 3, 0.1);
+    let drawn = rng.some_of(CATEGORIES, 3, 0.1);
+    // A well-known token is in its own categories (bitcoin is not a meme coin).
+    let categories = match super::market::known_token(token) {
+        Some(known) => known.categories.to_vec(),
+        None => drawn,
+    };
     let tags: Vec<String> = categories.iter().map(|c| slug(c)).collect();
     let exchanges = rng.some_of(EXCHANGES, 6, 0.05);
 

@@ -32,7 +32,9 @@ pub fn markets_body(seed: u64, token: &str, now_ms: i64) -> String {
 
     // Walk the (exchange, quote) grid from a random start with a stride coprime to its size, so
     // pairs never repeat within a body.
-    let pair_count = EXCHANGES.len() * QUOTES.len();
+    // A token is not quoted in itself (no BTC/BTC).
+    let quotes: Vec<&str> = QUOTES.iter().copied().filter(|quote| *quote != symbol).collect();
+    let pair_count = EXCHANGES.len() * quotes.len();
     let start = rng.below(pair_count);
     let stride = [7, 11, 13, 17, 19, 23][rng.below(6)];
 
@@ -43,8 +45,8 @@ pub fn markets_body(seed: u64, token: &str, now_ms: i64) -> String {
             out.push(',');
         }
         let pair_index = (start + (i * stride) % pair_count) % pair_count;
-        let exchange = EXCHANGES[pair_index / QUOTES.len()];
-        let quote = QUOTES[pair_index % QUOTES.len()];
+        let exchange = EXCHANGES[pair_index / quotes.len()];
+        let quote = quotes[pair_index % quotes.len()];
         let exchange_slug = slug(exchange);
         let volume_percent = share / share_total * 100.0;
         let volume_usd = volume_24h * share / share_total;

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 #[cfg(all(feature = "python", not(test)))]
 pub use clock::wall_clock_ms;
 pub use clock::ClockConfig;
-pub use market::{level_of, Candle, HISTORY};
+pub use market::{known_ids, level_of, Candle, HISTORY};
 pub use recording::Recording;
 pub use responses::body;
 
@@ -229,6 +229,15 @@ impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sandbox").field("url", &self.url()).field("requests", &self.requests()).finish()
     }
+}
+
+/// Whether the Sandbox lists `token`: an id the real service could have (a lowercase slug of
+/// letters, digits, `-`, `_` and `.`), except those beginning with `unknown`, which are its
+/// way to ask for a 404. `Bitcoin`, `BTC` or `bit coin` get 404 as the service would.
+pub fn lists(token: &str) -> bool {
+    !token.is_empty()
+        && !token.starts_with("unknown")
+        && token.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// The closed candles of `interval` at `now_ms` for (seed, token); `None` for an unknown interval.

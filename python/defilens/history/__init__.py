@@ -3,7 +3,7 @@ every table, several collectors at once), `scan` reads it (now or as it was), `c
 fast, `convert` brings a history of earlier versions over, `reparse` rebuilds the frames from the
 raw bodies, here or on an engine such as Spark (`reparse_batch`, `reparse_arrow`).
 
-Needs the extra: ``pip install "defilens[history]"`` (deltalake and obstore); importing this
+Needs the history extra (``pip install deltalake obstore``); importing this
 package does not import them, so `import defilens` stays light.
 """
 

@@ -107,7 +107,7 @@ def collect(
 
     Fails loudly: an authentication or permission failure raises at once, and
     ``max_failed_rounds`` rounds in a row in which every request failed raise the last error.
-    Failures of single tokens never stop it. Needs ``pip install "defilens[history]"``.
+    Failures of single tokens never stop it. Needs the history extra (``pip install deltalake obstore``).
     """
     interval = parse_every(every)
     _check_positive_int("count", count, none_ok=True)

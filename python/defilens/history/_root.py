@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 PathLike = Union[str, "os.PathLike[str]"]
 StorageOptions = Optional[Mapping[str, Any]]
 
-#: What `pip install` gives the history's engine.
-INSTALL_HINT = 'pip install "defilens[history]"'
+#: What installs the history's engines into any install of defilens (the `history` extra).
+INSTALL_HINT = 'pip install "deltalake>=1.6,<2" "obstore>=0.12,<1" (the history extra of defilens)'
 
 #: Characters a reader such as polars, DuckDB or Spark would take as a glob in a path.
 _GLOB = re.compile(r"[*?\[\]{}]")

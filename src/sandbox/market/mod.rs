@@ -8,6 +8,8 @@ pub mod path;
 pub mod patterns;
 pub mod universe;
 
+pub use universe::{known_ids, known_token};
+
 use path::{boundary_ms, last_boundary, Path, Point, FINEST};
 use universe::{Kind, Profile, ANCHOR_MS};
 
@@ -72,7 +74,10 @@ impl TokenMarket {
                 profile.anchor_price
                     * (profile.volatility * moved + profile.drift * (point.time - self.anchor.time)).exp()
             }
-            Kind::Stable => profile.anchor_price * (1.0 + STABLE_BAND * (3.0 * moved).tanh()),
+            // A sine of the walk wanders inside the band for ever; a saturating curve would pin
+            // the price to the band's edge (a stablecoin whose closes never move has an RSI of 0
+            // and tops every oversold screen).
+            Kind::Stable => profile.anchor_price * (1.0 + STABLE_BAND * (3.0 * moved).sin()),
         }
     }
 

@@ -45,8 +45,11 @@ pub struct Profile {
     pub decimals: u32,
 }
 
-struct Known {
-    id: &'static str,
+/// A well-known token: its id, ticker and categories, and the levels its path starts from.
+pub struct Known {
+    pub id: &'static str,
+    pub symbol: &'static str,
+    pub categories: &'static [&'static str],
     price: f64,
     supply: f64,
     max_supply: Option<f64>,
@@ -55,36 +58,68 @@ struct Known {
     kind: Kind,
 }
 
-const fn known(id: &'static str, price: f64, supply: f64, max_supply: Option<f64>, volatility: f64) -> Known {
-    Known { id, price, supply, max_supply, volatility, turnover: 0.03, kind: Kind::Floating }
+type Tags = &'static [&'static str];
+
+const fn known(
+    (id, symbol, categories): (&'static str, &'static str, Tags),
+    price: f64,
+    supply: f64,
+    max_supply: Option<f64>,
+    volatility: f64,
+) -> Known {
+    Known { id, symbol, categories, price, supply, max_supply, volatility, turnover: 0.03, kind: Kind::Floating }
 }
 
-const fn stable(id: &'static str, supply: f64) -> Known {
-    Known { id, price: 1.0, supply, max_supply: None, volatility: 0.0, turnover: 0.4, kind: Kind::Stable }
+const fn stable(id: &'static str, symbol: &'static str, supply: f64) -> Known {
+    let categories: Tags = &["Stablecoins"];
+    Known {
+        id,
+        symbol,
+        categories,
+        price: 1.0,
+        supply,
+        max_supply: None,
+        volatility: 0.0,
+        turnover: 0.4,
+        kind: Kind::Stable,
+    }
 }
+
+const L1: Tags = &["Layer 1", "Smart Contract Platform", "Proof of Stake"];
 
 const KNOWN: &[Known] = &[
-    known("bitcoin", 60_000.0, 19.97e6, Some(21e6), 0.45),
-    known("ethereum", 3_000.0, 120.7e6, None, 0.7),
-    stable("tether", 187e9),
-    known("ripple", 1.9, 60.5e9, Some(100e9), 0.9),
-    known("binancecoin", 850.0, 139e6, Some(200e6), 0.55),
-    known("solana", 125.0, 560e6, None, 0.9),
-    stable("usd-coin", 75e9),
-    known("tron", 0.28, 94.7e9, None, 0.6),
-    known("dogecoin", 0.13, 151e9, None, 1.0),
-    known("cardano", 0.35, 36.5e9, Some(45e9), 0.95),
-    known("chainlink", 12.5, 680e6, Some(1e9), 0.95),
-    known("avalanche-2", 12.0, 425e6, Some(720e6), 1.0),
-    known("shiba-inu", 0.0000072, 589e12, None, 1.1),
-    known("polkadot", 1.8, 1.6e9, None, 1.0),
-    known("litecoin", 77.0, 76.5e6, Some(84e6), 0.8),
+    known(("bitcoin", "BTC", &["Layer 1", "Proof of Work"]), 60_000.0, 19.97e6, Some(21e6), 0.45),
+    known(("ethereum", "ETH", L1), 3_000.0, 120.7e6, None, 0.7),
+    stable("tether", "USDT", 187e9),
+    known(("ripple", "XRP", &["Layer 1"]), 1.9, 60.5e9, Some(100e9), 0.9),
+    known(("binancecoin", "BNB", &["Layer 1", "Exchange-based Tokens"]), 850.0, 139e6, Some(200e6), 0.55),
+    known(("solana", "SOL", L1), 125.0, 560e6, None, 0.9),
+    stable("usd-coin", "USDC", 75e9),
+    known(("tron", "TRX", L1), 0.28, 94.7e9, None, 0.6),
+    known(("dogecoin", "DOGE", &["Meme", "Proof of Work"]), 0.13, 151e9, None, 1.0),
+    known(("cardano", "ADA", L1), 0.35, 36.5e9, Some(45e9), 0.95),
+    known(("chainlink", "LINK", &["Oracle", "Decentralized Finance (DeFi)"]), 12.5, 680e6, Some(1e9), 0.95),
+    known(("avalanche-2", "AVAX", L1), 12.0, 425e6, Some(720e6), 1.0),
+    known(("shiba-inu", "SHIB", &["Meme"]), 0.0000072, 589e12, None, 1.1),
+    known(("polkadot", "DOT", L1), 1.8, 1.6e9, None, 1.0),
+    known(("litecoin", "LTC", &["Layer 1", "Proof of Work"]), 77.0, 76.5e6, Some(84e6), 0.8),
 ];
+
+/// The well-known token with this id, if it is one.
+pub fn known_token(token: &str) -> Option<&'static Known> {
+    KNOWN.iter().find(|k| k.id == token)
+}
+
+/// The ids with realistic levels, tickers and categories (every other slug gets a plausible
+/// small or mid cap of its own).
+pub fn known_ids() -> Vec<&'static str> {
+    KNOWN.iter().map(|k| k.id).collect()
+}
 
 impl Profile {
     pub fn of(seed: u64, token: &str) -> Profile {
         let mut rng = Rng::new(seed, token, "profile");
-        if let Some(known) = KNOWN.iter().find(|k| k.id == token) {
+        if let Some(known) = known_token(token) {
             let total_over_circulating = match known.kind {
                 Kind::Stable => 1.0,
                 Kind::Floating => rng.range(1.0, 1.1),
