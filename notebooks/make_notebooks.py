@@ -25,7 +25,8 @@ else:
     # every run; without `now=` the Sandbox's market moves with the wall clock.
     sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-20T12:00:00Z")
     client = defilens.Client(base_url=sandbox.url)
-client"""
+# (The client is not displayed: its URL has a free port, different on every run. The figures and
+# tables below are the same on every run, but for `fetched_at`, the moment of the fetch.)"""
 
 NOTEBOOKS = {
     "01_quickstart.ipynb": [

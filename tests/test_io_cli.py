@@ -242,3 +242,13 @@ def test_cli_sandbox_refuses_a_bad_clock(args: "list[str]", message: str) -> Non
     result = subprocess.run(CLI + ["sandbox", *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert message in result.stderr
+
+
+def test_cli_exit_codes_for_partial_failure_and_a_sandbox_with_a_url(capsys: pytest.CaptureFixture) -> None:
+    assert main(["fetch", "bitcoin", "unknown-x", "--sandbox", "--no-markets"]) == 0
+    assert main(["fetch", "bitcoin", "unknown-x", "--sandbox", "--no-markets", "--strict"]) == 3
+    assert main(["fetch", "bitcoin", "--sandbox", "--no-markets", "--strict"]) == 0
+    capsys.readouterr()
+    assert main(["fetch", "bitcoin", "--sandbox", "--base-url", "https://example.invalid"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("defilens: error: --sandbox runs against the built-in Sandbox; drop --base-url")

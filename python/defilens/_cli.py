@@ -21,8 +21,11 @@ from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert
 from .history._collect import prepare as prepare_root
 from .testing import Sandbox
 
+#: Exit codes: 0 done (with --strict: nothing failed), 1 an error or nothing fetched, 2 bad usage,
+#: 3 some requests failed (fetch --strict), 130 interrupted.
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_PARTIAL = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -77,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument("--out", help="folder to write the frames to (one file per frame)")
     fetch.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when any request failed (default: exit 0 if at least one token was fetched; for cron jobs and CI)",
+    )
+    fetch.add_argument(
         "--format",
         choices=["parquet", "csv", "ndjson"],
         default="parquet",
@@ -91,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
             "Poll tokens every --every and commit each round to a history of Delta Lake tables, one a frame "
             "(DIR/<frame>/, partitioned by date), every round exactly once in every table; several collectors may "
             "write one DIR at once. Read it with defilens.scan(DIR, frame), polars' scan_delta, DuckDB's delta_scan, "
-            'Spark or pandas. Needs the history extra: pip install deltalake obstore.'
+            "Spark or pandas. Needs the history extra: pip install deltalake obstore."
         ),
     )
     coll.add_argument("tokens", nargs="+", metavar="TOKEN")
@@ -234,6 +242,10 @@ def _client(args: argparse.Namespace) -> Iterator[Client]:
         rate_limit=args.rate_limit,
     )
     if args.sandbox:
+        given = [flag for flag, value in (("--base-url", args.base_url), ("--api-key", args.api_key)) if value]
+        if given:
+            # The built-in Sandbox has its own URL and needs no key: either flag would be ignored.
+            raise ValueError(f"--sandbox runs against the built-in Sandbox; drop {' and '.join(given)} (or --sandbox)")
         with Sandbox() as sandbox:
             yield Client(base_url=sandbox.url, api_key="sandbox", **settings)
     else:
@@ -386,7 +398,11 @@ def _fetch(args: argparse.Namespace) -> int:
     if args.out:
         folder = frames.write(args.out, format=args.format)
         print(f"wrote {len(list(frames.items()))} frames to {folder}/ ({args.format})")
-    return EXIT_FAILURE if frames.snapshot.height == 0 else 0
+    if frames.snapshot.height == 0:
+        return EXIT_FAILURE
+    if args.strict and frames.errors.height:
+        return EXIT_PARTIAL
+    return 0
 
 
 def _collect(args: argparse.Namespace) -> int:

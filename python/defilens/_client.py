@@ -72,7 +72,10 @@ class _BaseClient:
         base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         if not api_key and not _is_loopback(base_url):
-            raise DefiLensError(f"no API key: pass api_key=... or set the {API_KEY_ENV} environment variable")
+            raise DefiLensError(
+                f"no API key: pass api_key=... (--api-key on the command line) or set the {API_KEY_ENV} environment "
+                "variable"
+            )
         if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
             warnings.warn(
                 f"base_url {base_url!r} uses plain http: the API key travels unencrypted",

@@ -77,7 +77,8 @@ class BadRequestError(APIError):
 
 
 class AuthenticationError(APIError):
-    """401: no valid API key. Pass ``api_key=`` or set ``DEFILENS_API_KEY``."""
+    """401: no API key was sent, or the service rejected the one sent (the message says which).
+    Pass ``api_key=`` or set ``DEFILENS_API_KEY``; check the key."""
 
 
 class RequestFailedError(APIError):

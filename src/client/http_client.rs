@@ -247,6 +247,7 @@ impl HttpClient {
             endpoint,
             body: body_excerpt(&body),
             retry_after: if status == 429 || status == 503 { retry_after } else { None },
+            key_sent: self.config.api_key.is_some(),
         })
     }
 }
@@ -264,6 +265,7 @@ fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoi
     // reqwest's message names the URL, which holds no secret (the key is a header); the causes
     // below it say what actually went wrong.
     let is_timeout = error.is_timeout();
+    let url = error.url().map(|url| redact_url_credentials(url.as_str()));
     let mut message = String::new();
     let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&error);
     while let Some(cause) = source {
@@ -275,6 +277,10 @@ fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoi
     }
     if message.is_empty() {
         message = error.without_url().to_string();
+    }
+    // Which address was tried (without credentials in it): a wrong base URL or proxy shows here.
+    if let Some(url) = url {
+        message = format!("{message} (GET {url})");
     }
     let token = token.to_string();
     if is_timeout {

@@ -19,6 +19,8 @@ pub enum Error {
         body: String,
         /// Seconds from a `Retry-After` header, on 429s.
         retry_after: Option<f64>,
+        /// Whether the request carried an API key (a 401 then means the key was rejected).
+        key_sent: bool,
     },
     /// No response within the timeout.
     Timeout { token: String, endpoint: Endpoint, message: String },
@@ -105,7 +107,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Api { status, token, endpoint, body, retry_after } => {
+            Error::Api { status, token, endpoint, body, retry_after, key_sent } => {
                 write!(
                     f,
                     "{} for token {:?} ({}): HTTP {}",
@@ -114,6 +116,14 @@ impl fmt::Display for Error {
                     endpoint.as_str(),
                     status
                 )?;
+                if *status == 401 {
+                    f.write_str(if *key_sent {
+                        " (the service rejected the API key that was sent: check it)"
+                    } else {
+                        " (no API key was sent: set DEFILENS_API_KEY, or pass api_key= in Python or --api-key on \
+                         the command line)"
+                    })?;
+                }
                 if let Some(seconds) = retry_after {
                     write!(f, ", retry after {seconds}s")?;
                 }
@@ -161,6 +171,7 @@ mod tests {
             endpoint: Endpoint::Listing,
             body: String::new(),
             retry_after: None,
+            key_sent: false,
         };
         assert_eq!(api(401).kind(), "auth");
         assert_eq!(api(502).kind(), "server");

@@ -45,11 +45,7 @@ impl StatusClass {
     pub fn meaning(self) -> Meaning {
         let (kind, hint, exception) = match self {
             Self::BadRequest => ("bad_request", "bad request (a required parameter is missing)", "BadRequestError"),
-            Self::Authentication => (
-                "auth",
-                "authentication failed (no valid API key: set DEFILENS_API_KEY or pass api_key=)",
-                "AuthenticationError",
-            ),
+            Self::Authentication => ("auth", "authentication failed", "AuthenticationError"),
             Self::RequestFailed => (
                 "request_failed",
                 "request failed (parameters were valid but the request failed)",
