@@ -60,8 +60,8 @@ stubs: install-test  ## the .pyi stubs against the compiled module, and the Pyth
 	$(PY) -m mypy.stubtest defilens._core --allowlist .ci/stubtest-allowlist.txt
 	$(PY) -m mypy python/defilens
 
-docs: $(PY)         ## the documentation site (mkdocs build --strict) into target/site
-	$(VENV)/bin/pip install --quiet mkdocs mkdocs-material mkdocstrings-python
+docs: install-test  ## the documentation site (mkdocs build --strict) into target/site; it imports the package
+	$(VENV)/bin/pip install --quiet -e ".[docs]"
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir target/site
 
 bench: install-test ## by hand; writes benchmarks/RESULTS.md

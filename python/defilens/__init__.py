@@ -1,10 +1,11 @@
 """defilens: the DeFi Lens partner API as polars DataFrames, with a Rust core.
 
->>> import defilens
->>> with defilens.testing.Sandbox() as sandbox:
-...     frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"])
->>> frames.snapshot.height
-2
+Examples:
+    >>> import defilens
+    >>> with defilens.testing.Sandbox() as sandbox:
+    ...     frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"])
+    >>> frames.snapshot.height
+    2
 """
 
 from ._polars_version import check_polars

@@ -1,3 +1,4 @@
 from ._cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # `python -m defilens`; importing the module (docs tools do) runs nothing
+    raise SystemExit(main())

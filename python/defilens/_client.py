@@ -177,10 +177,11 @@ class Client(_BaseClient):
         max_response_bytes: a larger response body is refused while it is read.
         backoff: (first, maximum) retry delay in seconds.
 
-    >>> with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
-    ...     frames = client.fetch(["bitcoin", "ethereum"])
-    >>> frames.tokens
-    ['bitcoin', 'ethereum']
+    Examples:
+        >>> with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
+        ...     frames = client.fetch(["bitcoin", "ethereum"])
+        >>> frames.tokens
+        ['bitcoin', 'ethereum']
     """
 
     def token(self, token_id: str, *, markets: bool = True) -> Frames:

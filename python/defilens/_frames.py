@@ -67,9 +67,10 @@ class Frames:
         drift: one row per value that did not fit its column (the cell is null): token,
             endpoint, field, expected, found, fetched_at.
 
-    >>> frames = defilens.parse_token(defilens.testing.listing_body("bitcoin"))
-    >>> frames.indicators.filter(pl.col("indicator") == "rsi14").get_column("interval").to_list()
-    ['5m', '15m', '1h', '24h', '1w']
+    Examples:
+        >>> frames = defilens.parse_token(defilens.testing.listing_body("bitcoin"))
+        >>> frames.indicators.filter(pl.col("indicator") == "rsi14").get_column("interval").to_list()
+        ['5m', '15m', '1h', '24h', '1w']
     """
 
     __slots__ = FRAME_NAMES + ("_raw_items", "_raw_source", "_exceptions")

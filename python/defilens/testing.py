@@ -1,10 +1,11 @@
 """Testing helpers: a local fake of the service, for demos and for your own tests.
 
->>> with defilens.testing.Sandbox(seed=1) as sandbox:
-...     client = defilens.Client(base_url=sandbox.url, api_key="anything")
-...     frames = client.fetch(["bitcoin", "unknown-coin"])
->>> frames.tokens, frames.errors.get_column("kind").to_list()
-(['bitcoin'], ['not_found', 'not_found'])
+Examples:
+    >>> with defilens.testing.Sandbox(seed=1) as sandbox:
+    ...     client = defilens.Client(base_url=sandbox.url, api_key="anything")
+    ...     frames = client.fetch(["bitcoin", "unknown-coin"])
+    >>> frames.tokens, frames.errors.get_column("kind").to_list()
+    (['bitcoin'], ['not_found', 'not_found'])
 
 With pytest, the ``defilens_sandbox`` fixture gives a running Sandbox per test.
 """
