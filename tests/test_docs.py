@@ -116,3 +116,15 @@ def test_the_interval_table_of_the_frames_page_is_the_catalogues() -> None:
     assert family_table() in page, (
         f"docs/frames.md should hold this table, made from the catalogue:\n\n{family_table()}"
     )
+
+
+def test_the_configuration_page_shows_the_cores_defaults() -> None:
+    """docs/configuration.md writes the defaults out for a reader; they are the core's."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    block = re.search(r"```python\ndefilens.Client\((.*?)\n\)", page, re.S)
+    assert block is not None
+    shown = dict(re.findall(r"^\s+(\w+)=(.+?),\s+#", block.group(1), re.M))
+    defaults = defilens._core.DEFAULTS
+    for name in ("timeout", "max_retries", "concurrency", "cache_max_bytes", "max_response_bytes", "backoff"):
+        assert eval(shown[name]) == defaults[name], (name, shown[name], defaults[name])
+    assert shown["base_url"] == "None" and f'"{defaults["base_url"]}"' in block.group(1)
