@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Union
 
 import polars as pl
 
@@ -63,7 +63,11 @@ def _parser() -> argparse.ArgumentParser:
             default=DEFAULTS["concurrency"],
             help=f"requests in flight (default {DEFAULTS['concurrency']})",
         )
-        p.add_argument("--rate-limit", type=float, help="max requests per second")
+        p.add_argument(
+            "--rate-limit",
+            type=_rate_limit,
+            help="max requests per second, or auto to learn the service's limit from 429s and rate headers",
+        )
         p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
     fetch = sub.add_parser(
@@ -182,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     sb.add_argument("--seed", type=int, default=0)
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     sb.add_argument("--api-key", help="require this x-partner-key")
+    sb.add_argument(
+        "--max-rps",
+        type=float,
+        help="enforce a real limit of this many requests a second (429 with Retry-After beyond it)",
+    )
+    sb.add_argument("--no-rate-headers", action="store_true", help="with --max-rps: send no X-RateLimit-* headers")
     for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
         sb.add_argument(f"--{fault}", type=float, default=0.0)
     return parser
@@ -206,6 +216,15 @@ def _storage_options(args: argparse.Namespace) -> "Optional[dict[str, str]]":
             raise ValueError(f"--storage-option takes KEY=VALUE, got {item!r}")
         options[key.strip()] = value
     return options or None
+
+
+def _rate_limit(text: str) -> "Union[float, str]":
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a rate limit is requests per second or auto, got {text!r}") from None
 
 
 def _port(text: str) -> int:
@@ -489,6 +508,8 @@ def _sandbox(args: argparse.Namespace) -> int:
         invalid_json_rate=args.invalid_json_rate,
         now=args.now,
         speed=args.speed,
+        max_rps=args.max_rps,
+        rate_headers=not args.no_rate_headers,
     ) as sandbox:
         try:
             # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.

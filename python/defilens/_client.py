@@ -60,7 +60,7 @@ class _BaseClient:
         timeout: float = DEFAULTS["timeout"],
         max_retries: int = DEFAULTS["max_retries"],
         concurrency: int = DEFAULTS["concurrency"],
-        rate_limit: Optional[float] = None,
+        rate_limit: Union[float, str, None] = None,
         cache_ttl: Optional[float] = None,
         cache_max_bytes: int = DEFAULTS["cache_max_bytes"],
         proxy: Optional[str] = None,
@@ -106,6 +106,13 @@ class _BaseClient:
         }
         self._has_key = bool(api_key)
         self._closed = False
+
+    @property
+    def rate_limit_learned(self) -> Optional[float]:
+        """With ``rate_limit="auto"``: the rate (requests a second) the client has learned so far
+        and sends at now; kept for the client's life, so across the rounds of a `collect`. None
+        otherwise."""
+        return self._engine.rate_limit_now if self._settings["rate_limit"] == "auto" else None
 
     @property
     def base_url(self) -> str:
@@ -169,7 +176,9 @@ class Client(_BaseClient):
         max_retries: retries of one request after the first attempt (429, 5xx, timeouts and
             connection failures, with capped exponential backoff and jitter).
         concurrency: requests in flight at once in batch calls.
-        rate_limit: at most this many requests per second across the client.
+        rate_limit: at most this many requests per second across the client, or ``"auto"`` to
+            learn the service's limit while working (from 429s and rate headers; see
+            ``rate_limit_learned``), or ``None`` for no limit.
         cache_ttl: seconds to reuse an identical successful response (``None``: off); a reused
             response keeps its ``fetched_at`` and is marked ``cached`` in ``log``.
         cache_max_bytes: the cache's bound; least recently used responses go first.

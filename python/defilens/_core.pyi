@@ -71,7 +71,7 @@ class Engine:
         timeout: float,
         max_retries: int,
         concurrency: int,
-        rate_limit: Optional[float],
+        rate_limit: Union[float, str, None],
         cache_ttl: Optional[float],
         cache_max_bytes: int,
         proxy: Optional[str],
@@ -84,6 +84,10 @@ class Engine:
     def url_for(self, token_id: str, endpoint: str) -> str:
         """The URL a request for ``token_id`` goes to."""
     def clear_cache(self) -> None: ...
+    @property
+    def rate_limit_now(self) -> Optional[float]:
+        """The rate requests go at now (requests a second): the fixed ``rate_limit``, what
+        ``rate_limit="auto"`` has learned so far, or None."""
 
 @final
 class FetchJob:
@@ -143,12 +147,17 @@ class Sandbox:
         port: Optional[int] = None,
         now: Union[str, dt.datetime, None] = None,
         speed: Optional[float] = None,
+        max_rps: Optional[float] = None,
+        rate_headers: bool = True,
         _recording: Any = None,
     ) -> Self:
         """Starts serving. ``None`` means the default: latency 0 s (at most 3,600), seed 0,
         retry_after 1 s (0 to 86,400), host 127.0.0.1, port 0 (a free one; 0 to 65,535), the
         wall clock. ``now``: ISO 8601 text or a datetime (naive means UTC), from 2000 to 2200;
-        ``speed``: 0 to 100,000."""
+        ``speed``: 0 to 100,000. ``max_rps`` enforces a real limit (a token bucket with a burst
+        of one second; 0.1 to 1,000,000 requests a second): requests beyond it get 429 with
+        ``Retry-After`` and, unless ``rate_headers=False``, ``X-RateLimit-Limit`` / ``-Remaining``
+        / ``-Reset``."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
+use super::limiter::RateLimit;
 use super::retry::RetryPolicy;
 pub use super::retry::{DEFAULT_BACKOFF_SECS, DEFAULT_MAX_RETRIES};
 use super::url::redact_url_credentials;
@@ -39,6 +40,8 @@ pub struct Settings {
     pub max_retries: Option<i64>,
     pub concurrency: Option<i64>,
     pub rate_limit: Option<f64>,
+    /// `rate_limit="auto"`: learn the rate (then `rate_limit` is None).
+    pub rate_limit_auto: bool,
     pub cache_ttl: Option<f64>,
     pub cache_max_bytes: Option<i64>,
     pub proxy: Option<String>,
@@ -55,8 +58,8 @@ pub struct ClientConfig {
     pub timeout: Duration,
     pub retry: RetryPolicy,
     pub concurrency: usize,
-    /// Requests per second across the client.
-    pub rate_limit: Option<f64>,
+    /// Requests per second across the client: fixed, learned, or none.
+    pub rate_limit: Option<RateLimit>,
     pub cache_ttl: Option<Duration>,
     pub cache_max_bytes: usize,
     pub proxy: Option<String>,
@@ -165,7 +168,11 @@ impl ClientConfig {
             timeout,
             retry,
             concurrency: concurrency as usize,
-            rate_limit: settings.rate_limit,
+            rate_limit: if settings.rate_limit_auto {
+                Some(RateLimit::Auto)
+            } else {
+                settings.rate_limit.map(RateLimit::Fixed)
+            },
             cache_ttl,
             cache_max_bytes: cache_max_bytes as usize,
             proxy,

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::backoff_gauge::BackoffGauge;
 use super::cache::ResponseCache;
 use super::config::ClientConfig;
-use super::limiter::RateLimiter;
+use super::limiter::{RateHeaders, RateLimiter};
 use super::retry::parse_retry_after;
 use super::url::{encode_path_segment, is_loopback_url, redact_url_credentials};
 use crate::error::Error;
@@ -118,6 +118,12 @@ impl HttpClient {
         self.cache.clear();
     }
 
+    /// The rate requests go at now (requests a second): the fixed one, what `rate_limit="auto"`
+    /// has learned so far, or None without a limit.
+    pub fn rate_limit_now(&self) -> Option<f64> {
+        self.limiter.rate()
+    }
+
     pub fn url_for(&self, token: &str, endpoint: Endpoint) -> String {
         format!("{}{}{}", self.config.base_url, endpoint.path_prefix(), encode_path_segment(token))
     }
@@ -191,6 +197,14 @@ impl HttpClient {
         let mut response = request.send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let success = response.status().is_success();
+        let header = |names: [&str; 2]| names.iter().find_map(|name| response.headers().get(*name)?.to_str().ok());
+        self.limiter.observe(
+            status,
+            RateHeaders::parse(
+                header(["x-ratelimit-limit", "ratelimit-limit"]),
+                header(["x-ratelimit-reset", "ratelimit-reset"]),
+            ),
+        );
         let limit = if success { self.config.max_response_bytes } else { ERROR_BODY_LIMIT };
         let retry_after = response
             .headers()

@@ -5,7 +5,7 @@ mod backoff_gauge;
 mod cache;
 pub mod config;
 mod http_client;
-mod limiter;
+pub mod limiter;
 pub mod retry;
 pub mod url;
 

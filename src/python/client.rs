@@ -99,13 +99,24 @@ impl Engine {
                 type_name(backoff)
             ))
         })?;
+        // "auto" learns the rate; any other text is a mistake worth naming.
+        let rate_limit_auto = match rate_limit.extract::<String>() {
+            Ok(text) if text == "auto" => true,
+            Ok(text) => {
+                return Err(PyValueError::new_err(format!(
+                    "rate_limit must be a number of requests per second, \"auto\" or None, got {text:?}"
+                )))
+            }
+            Err(_) => false,
+        };
         let settings = Settings {
             base_url: Some(base_url),
             api_key,
             timeout: Some(number("timeout", timeout)?),
             max_retries: Some(integer("max_retries", max_retries)?),
             concurrency: Some(integer("concurrency", concurrency)?),
-            rate_limit: optional(rate_limit, |v| number("rate_limit", v))?,
+            rate_limit: if rate_limit_auto { None } else { optional(rate_limit, |v| number("rate_limit", v))? },
+            rate_limit_auto,
             cache_ttl: optional(cache_ttl, |v| number("cache_ttl", v))?,
             cache_max_bytes: Some(integer("cache_max_bytes", cache_max_bytes)?),
             proxy,
@@ -133,6 +144,13 @@ impl Engine {
 
     fn clear_cache(&self) {
         self.client.clear_cache();
+    }
+
+    /// The rate requests go at now (requests a second): the fixed `rate_limit`, what
+    /// `rate_limit="auto"` has learned so far, or None.
+    #[getter]
+    fn rate_limit_now(&self) -> Option<f64> {
+        self.client.rate_limit_now()
     }
 }
 

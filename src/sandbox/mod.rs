@@ -30,6 +30,7 @@ mod listing_body;
 mod market;
 mod markets_body;
 mod precise_timer;
+mod rate_limit;
 mod recording;
 mod responses;
 mod server;
@@ -83,6 +84,11 @@ pub struct SandboxConfig {
     pub clock: ClockConfig,
     /// When set, the Sandbox replays these bodies instead of its market (404 outside them).
     pub recording: Option<Arc<Recording>>,
+    /// A real limit, in requests a second (a token bucket with a burst of one second): requests
+    /// beyond it get 429 with `Retry-After`.
+    pub max_rps: Option<f64>,
+    /// Whether answers carry `X-RateLimit-Limit`, `-Remaining` and `-Reset` (with `max_rps`).
+    pub rate_headers: bool,
 }
 
 impl Default for SandboxConfig {
@@ -100,6 +106,8 @@ impl Default for SandboxConfig {
             host: "127.0.0.1".into(),
             port: 0,
             clock: ClockConfig::WALL,
+            max_rps: None,
+            rate_headers: true,
             recording: None,
         }
     }
@@ -126,6 +134,13 @@ impl SandboxConfig {
             }
         }
         self.clock.validate().or_else(invalid)?;
+        if let Some(rate) = self.max_rps {
+            if !(rate.is_finite() && (0.1..=MAX_RPS).contains(&rate)) {
+                return invalid(format!(
+                    "max_rps must be a number of requests a second from 0.1 to {MAX_RPS}, got {rate}"
+                ));
+            }
+        }
         let sum: f64 = ranges.iter().map(|(_, rate, _)| rate).sum();
         // A little slack so that rates such as 0.1 + 0.2 + 0.7 are not refused for rounding.
         if sum > 1.0 + 1e-9 {
@@ -136,6 +151,9 @@ impl SandboxConfig {
         Ok(())
     }
 }
+
+/// The highest `max_rps`: beyond it the Sandbox itself is the limit.
+const MAX_RPS: f64 = 1_000_000.0;
 
 /// A running Sandbox. Stops (closing the listener and every connection) when dropped.
 pub struct Sandbox {

@@ -12,6 +12,7 @@ use super::data::{stable_hash, unit_interval};
 use super::listing_body::listing_body;
 use super::market::last_close_ms;
 use super::markets_body::markets_body;
+use super::rate_limit::TokenBucket;
 use super::SandboxConfig;
 use crate::model::Endpoint;
 
@@ -103,16 +104,19 @@ pub(super) struct Shared {
     pub(super) clock: Clock,
     attempts: AttemptCounters,
     bodies: BodyCache,
+    bucket: Option<TokenBucket>,
 }
 
 impl Shared {
     pub(super) fn new(config: SandboxConfig) -> Self {
         let clock = Clock::new(config.clock);
+        let bucket = config.max_rps.map(TokenBucket::new);
         Shared {
             config,
             requests: AtomicU64::new(0),
             clock,
             attempts: AttemptCounters::new(),
+            bucket,
             bodies: BodyCache::new(),
         }
     }
@@ -202,11 +206,20 @@ pub(super) struct Reply {
     pub(super) attempt: Option<u32>,
     pub(super) retry_after: Option<u64>,
     pub(super) delivery: Delivery,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (with `max_rps` and its headers on).
+    pub(super) rate_headers: Option<(u64, u64, u64)>,
 }
 
 impl Reply {
     pub(super) fn ok(body: impl Into<Bytes>) -> Self {
-        Reply { status: 200, body: body.into(), attempt: None, retry_after: None, delivery: Delivery::Complete }
+        Reply {
+            status: 200,
+            body: body.into(),
+            attempt: None,
+            retry_after: None,
+            delivery: Delivery::Complete,
+            rate_headers: None,
+        }
     }
 
     pub(super) fn error(status: u16, message: &str) -> Self {
@@ -240,6 +253,15 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
         if partner_key != Some(expected.as_bytes()) {
             return Reply::error(401, "missing or invalid x-partner-key");
         }
+    }
+    let verdict = shared.bucket.as_ref().map(TokenBucket::take);
+    let headers = verdict.filter(|_| config.rate_headers).map(|v| (v.limit, v.remaining, v.reset));
+    if let Some(verdict) = verdict.filter(|v| !v.allowed) {
+        return Reply {
+            retry_after: Some(verdict.retry_after),
+            rate_headers: headers,
+            ..Reply::error(429, "too many requests (the Sandbox's max_rps)")
+        };
     }
     let attempt = shared.attempts.next(endpoint, &token);
     let fault = shared.draw_fault(endpoint, &token, attempt);
@@ -277,6 +299,7 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
         }
     };
     reply.attempt = Some(attempt);
+    reply.rate_headers = headers;
     reply
 }
 

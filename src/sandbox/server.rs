@@ -146,6 +146,11 @@ fn response(reply: Reply, keep_alive: bool) -> Result<Response<ReplyBody>, DropC
     if let Some(seconds) = reply.retry_after {
         headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
+    if let Some((limit, remaining, reset)) = reply.rate_headers {
+        headers.insert("x-ratelimit-limit", HeaderValue::from(limit));
+        headers.insert("x-ratelimit-remaining", HeaderValue::from(remaining));
+        headers.insert("x-ratelimit-reset", HeaderValue::from(reset));
+    }
     if reply.status == 405 {
         headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
