@@ -40,4 +40,6 @@ pub use parse::{parse_listings, parse_markets, ListingBody, MarketsBody, Markets
 #[cfg(feature = "sandbox")]
 pub use sandbox::candles_frame::candles_frame;
 #[cfg(feature = "sandbox")]
+pub use sandbox::known_ids as sandbox_known_ids;
+#[cfg(feature = "sandbox")]
 pub use sandbox::{body as sandbox_body, candles as sandbox_candles, Candle, ClockConfig, Sandbox, SandboxConfig};

@@ -95,7 +95,14 @@ mod tests {
     use crate::model::Endpoint;
 
     fn api(status: u16, retry_after: Option<f64>) -> Error {
-        Error::Api { status, token: "t".into(), endpoint: Endpoint::Listing, body: String::new(), retry_after }
+        Error::Api {
+            status,
+            token: "t".into(),
+            endpoint: Endpoint::Listing,
+            body: String::new(),
+            retry_after,
+            key_sent: false,
+        }
     }
 
     #[test]

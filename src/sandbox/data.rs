@@ -118,9 +118,6 @@ pub(super) const EXCHANGES: &[&str] = &[
 ];
 pub(super) const QUOTES: &[&str] = &["USDT", "USD", "USDC", "BTC", "ETH", "EUR"];
 
-/// Tickers of a few well-known ids, so demos look familiar; other ids get a ticker from their
-/// first letters.
-
 pub(super) fn json_string(text: &str) -> String {
     // Serialising a &str cannot fail; the fallback only keeps the output valid JSON regardless.
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
