@@ -106,16 +106,22 @@ fn serves_both_routes_and_404s_the_rest() {
         assert_eq!(response.json(), serde_json::json!({"error": "not found"}));
     }
 
-    let slash = get(&sandbox, "/listings/a%2Fb", None);
-    assert_eq!(slash.status, 200);
-    assert_eq!(slash.json()["data"]["id"], "a/b");
-    assert_eq!(get(&sandbox, "/listings/market/a%2fb", None).status, 200);
-    assert_eq!(get(&sandbox, "/listings/a+b%20c", None).json()["data"]["id"], "a+b c");
-    assert_eq!(get(&sandbox, "/listings/%C3%BCber", None).json()["data"]["id"], "über");
+    // Ids are percent-decoded; only lowercase slugs are listed (as the service's ids are).
+    let encoded = get(&sandbox, "/listings/bit%63oin", None);
+    assert_eq!(encoded.status, 200);
+    assert_eq!(encoded.json()["data"]["id"], "bitcoin");
+    assert_eq!(get(&sandbox, "/listings/market/usd%2dcoin", None).status, 200);
+    for not_a_slug in
+        ["/listings/a%2Fb", "/listings/market/a%2fb", "/listings/a+b%20c", "/listings/%C3%BCber", "/listings/BTC"]
+    {
+        let response = get(&sandbox, not_a_slug, None);
+        assert_eq!(response.status, 404, "{not_a_slug}");
+        assert!(response.json()["error"].as_str().is_some_and(|e| e.contains("lowercase slugs")), "{not_a_slug}");
+    }
     assert_eq!(get(&sandbox, "/listings/bitcoin?x=1", None).status, 200);
     assert_eq!(get(&sandbox, "/listings/bad%zz", None).status, 400);
     assert_eq!(get(&sandbox, "/listings/bad%FF", None).status, 400);
-    assert_eq!(sandbox.requests(), 18);
+    assert_eq!(sandbox.requests(), 21);
     assert!(sandbox.url().starts_with("http://127.0.0.1:"));
     assert!(sandbox.url().ends_with(&sandbox.port().to_string()));
 }
