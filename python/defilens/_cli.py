@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
             type=_rate_limit,
             help="max requests per second, or auto to learn the service's limit from 429s and rate headers",
         )
+        p.add_argument(
+            "--cache-dir",
+            metavar="DIR",
+            help="keep responses on disk in DIR (with --cache-ttl): reused by later runs, offline too",
+        )
+        p.add_argument("--cache-ttl", type=float, metavar="SECONDS", help="seconds a cached response is reused")
         p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
     fetch = sub.add_parser(
@@ -259,6 +265,8 @@ def _client(args: argparse.Namespace) -> Iterator[Client]:
         max_retries=args.max_retries,
         concurrency=args.concurrency,
         rate_limit=args.rate_limit,
+        cache_ttl=args.cache_ttl,
+        cache_dir=args.cache_dir,
     )
     if args.sandbox:
         given = [flag for flag, value in (("--base-url", args.base_url), ("--api-key", args.api_key)) if value]

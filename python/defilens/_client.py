@@ -63,6 +63,7 @@ class _BaseClient:
         rate_limit: Union[float, str, None] = None,
         cache_ttl: Optional[float] = None,
         cache_max_bytes: int = DEFAULTS["cache_max_bytes"],
+        cache_dir: Union[str, "os.PathLike[str]", None] = None,
         proxy: Optional[str] = None,
         max_response_bytes: int = DEFAULTS["max_response_bytes"],
         backoff: Tuple[float, float] = DEFAULTS["backoff"],
@@ -95,6 +96,7 @@ class _BaseClient:
             proxy=proxy,
             max_response_bytes=max_response_bytes,
             backoff=backoff,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
         self._settings = {
             "base_url": base_url,
@@ -103,6 +105,7 @@ class _BaseClient:
             "concurrency": concurrency,
             "rate_limit": rate_limit,
             "cache_ttl": cache_ttl,
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
         }
         self._has_key = bool(api_key)
         self._closed = False
@@ -136,6 +139,12 @@ class _BaseClient:
     def clear_cache(self) -> None:
         """Forgets every cached response (see ``cache_ttl``)."""
         self._engine.clear_cache()
+
+    def _warn_about_the_cache(self) -> None:
+        """A damaged or foreign file in the disk cache was ignored, or an entry not written: said
+        once, never fatal (the response was fetched instead)."""
+        for message in self._engine.take_cache_warnings():
+            warnings.warn(message, DefiLensWarning, stacklevel=4)
 
     def _start(self, ids: "list[str]", *, listing: bool, markets: bool) -> Any:
         self._check_open()
@@ -182,6 +191,10 @@ class Client(_BaseClient):
         cache_ttl: seconds to reuse an identical successful response (``None``: off); a reused
             response keeps its ``fetched_at`` and is marked ``cached`` in ``log``.
         cache_max_bytes: the cache's bound; least recently used responses go first.
+        cache_dir: keep the cache on disk, in this folder (with ``cache_ttl``): a second
+            process, a restarted kernel or an offline session reuses its responses within the
+            TTL; several processes may share it. Compressed; bounded by ``cache_max_bytes``;
+            `Sandbox.replay` serves it.
         proxy: proxy URL; default the standard ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``.
         max_response_bytes: a larger response body is refused while it is read.
         backoff: (first, maximum) retry delay in seconds.
@@ -197,6 +210,7 @@ class Client(_BaseClient):
         """Fetches one token (listing and, by default, markets) and raises on any failure."""
         _check_token_type(token_id)
         result = self._start([token_id], listing=True, markets=markets).wait()
+        self._warn_about_the_cache()
         _raise_first_error(result)
         return _from_core(result)
 
@@ -204,6 +218,7 @@ class Client(_BaseClient):
         """Fetches one token's exchange markets; raises on failure."""
         _check_token_type(token_id)
         result = self._start([token_id], listing=False, markets=True).wait()
+        self._warn_about_the_cache()
         _raise_first_error(result)
         return result["markets"]
 
@@ -233,6 +248,7 @@ class Client(_BaseClient):
         # Duplicated ids are fetched once, so the bar counts distinct ids.
         with progress_callback(progress, len(dict.fromkeys(ids)) * (2 if markets else 1)) as callback:
             result = job.wait(callback)
+        self._warn_about_the_cache()
         return _from_core(result)
 
     def collect(
@@ -324,6 +340,7 @@ class AsyncClient(_BaseClient):
         except asyncio.CancelledError:
             job.cancel()
             raise
+        self._warn_about_the_cache()
         return job.result()
 
     async def token(self, token_id: str, *, markets: bool = True) -> Frames:

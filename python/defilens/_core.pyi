@@ -1,6 +1,7 @@
 """Type stubs for the compiled Rust core, ``defilens._core``. Checked by mypy's stubtest."""
 
 import datetime as dt
+import os
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
@@ -14,6 +15,7 @@ __all__ = [
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
     "is_loopback",
+    "read_cache_folder",
     "__version__",
     "Engine",
     "FetchJob",
@@ -51,6 +53,10 @@ INTERVALS: List[str]
 #: Longer token ids are refused before any request.
 MAX_TOKEN_ID_CHARS: int
 
+def read_cache_folder(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[str], List[str], List[int], List[bytes], int]:
+    """A disk cache folder as a recording for `Sandbox.replay`: (endpoints, tokens,
+    fetched_at_ms, bodies, start_ms). ValueError for a folder that is not a cache."""
+
 def is_loopback(url: str) -> bool:
     """Whether ``url`` points at this machine (``localhost`` or a loopback address)."""
 
@@ -77,6 +83,7 @@ class Engine:
         proxy: Optional[str],
         max_response_bytes: int,
         backoff: Tuple[float, float],
+        cache_dir: Optional[str] = None,
     ) -> Engine:
         """Checks every setting (TypeError / ValueError naming it) and makes the client."""
     def start(self, token_ids: Sequence[str], *, listing: bool, markets: bool) -> FetchJob:
@@ -84,6 +91,8 @@ class Engine:
     def url_for(self, token_id: str, endpoint: str) -> str:
         """The URL a request for ``token_id`` goes to."""
     def clear_cache(self) -> None: ...
+    def take_cache_warnings(self) -> List[str]:
+        """What the disk cache had to ignore since the last call (damaged or foreign entries)."""
     @property
     def rate_limit_now(self) -> Optional[float]:
         """The rate requests go at now (requests a second): the fixed ``rate_limit``, what

@@ -36,11 +36,15 @@ class Sandbox(_core.Sandbox):
         **settings: Any,
     ) -> "Sandbox":
         """A Sandbox serving recorded responses instead of its market: a history collected with
-        ``raw=True`` (its folder), or a folder written by ``frames.write(path, raw=True)``. Each
+        ``raw=True`` (its folder), a folder written by ``frames.write(path, raw=True)``, or a
+        disk cache folder (``Client(cache_dir=...)``). Each
         request gets the last body recorded for its id at or before the clock's time, which starts
         at the first recorded time and stands still until ``advance``; other ids and earlier times
         get 404. ``settings`` are `Sandbox`'s (faults, latency, key, ``now``, ``speed``); a history
         in object storage takes ``storage_options``."""
+        if os.path.isfile(os.path.join(os.fspath(path), "DEFILENS-CACHE")):
+            # A disk cache folder (Client(cache_dir=...)): one layout for recorded bodies.
+            return cls(_recording=_core.read_cache_folder(path), **settings)
         from .history import read_recording  # the history's engines only when a history is replayed
 
         return cls(_recording=read_recording(path, storage_options), **settings)

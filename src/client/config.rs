@@ -44,6 +44,8 @@ pub struct Settings {
     pub rate_limit_auto: bool,
     pub cache_ttl: Option<f64>,
     pub cache_max_bytes: Option<i64>,
+    /// Keep the cache on disk, in this folder (needs `cache_ttl`).
+    pub cache_dir: Option<String>,
     pub proxy: Option<String>,
     pub max_response_bytes: Option<i64>,
     pub backoff: Option<(f64, f64)>,
@@ -62,6 +64,8 @@ pub struct ClientConfig {
     pub rate_limit: Option<RateLimit>,
     pub cache_ttl: Option<Duration>,
     pub cache_max_bytes: usize,
+    /// The cache's folder when it is on disk (then the bound is the folder's size).
+    pub cache_dir: Option<std::path::PathBuf>,
     pub proxy: Option<String>,
     pub max_response_bytes: usize,
 }
@@ -149,6 +153,16 @@ impl ClientConfig {
             |name, value: Option<i64>, default: usize| int_in(name, value.unwrap_or(default as i64), 1, MAX_BYTES);
         let max_response_bytes = bytes("max_response_bytes", settings.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)?;
         let cache_max_bytes = bytes("cache_max_bytes", settings.cache_max_bytes, DEFAULT_CACHE_MAX_BYTES)?;
+        let cache_dir = match settings.cache_dir.as_deref() {
+            None => None,
+            Some(dir) if dir.trim().is_empty() => return Err(invalid("cache_dir is empty: give a folder".into())),
+            Some(_) if cache_ttl.is_none() => {
+                return Err(invalid(
+                    "cache_dir needs cache_ttl: the seconds a response is reused (for example cache_ttl=3600)".into(),
+                ))
+            }
+            Some(dir) => Some(std::path::PathBuf::from(dir)),
+        };
         let (initial, maximum) = settings.backoff.unwrap_or(DEFAULT_BACKOFF_SECS);
         let retry = RetryPolicy {
             max_retries: max_retries as u32,
@@ -175,6 +189,7 @@ impl ClientConfig {
             },
             cache_ttl,
             cache_max_bytes: cache_max_bytes as usize,
+            cache_dir,
             proxy,
             max_response_bytes: max_response_bytes as usize,
         })
@@ -192,6 +207,7 @@ impl fmt::Debug for ClientConfig {
             .field("rate_limit", &self.rate_limit)
             .field("cache_ttl", &self.cache_ttl)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("cache_dir", &self.cache_dir)
             .field("proxy", &self.proxy.as_ref().map(|p| redact_url_credentials(p)))
             .field("max_response_bytes", &self.max_response_bytes)
             .finish()

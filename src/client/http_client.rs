@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 use super::backoff_gauge::BackoffGauge;
 use super::cache::ResponseCache;
 use super::config::ClientConfig;
+use super::disk_cache::DiskCache;
 use super::limiter::{RateHeaders, RateLimiter};
 use super::retry::parse_retry_after;
 use super::url::{encode_path_segment, is_loopback_url, redact_url_credentials};
@@ -72,6 +73,7 @@ pub struct HttpClient {
     in_flight: Arc<Semaphore>,
     limiter: RateLimiter,
     cache: ResponseCache,
+    disk: Option<DiskCache>,
 }
 
 impl fmt::Debug for HttpClient {
@@ -101,7 +103,14 @@ impl HttpClient {
                 shared.clone().map_err(|e| Error::Internal(format!("could not build the HTTP client: {e}")))?
             }
         };
+        let disk = match (&config.cache_dir, config.cache_ttl) {
+            (Some(dir), Some(ttl)) => {
+                Some(DiskCache::open(dir, &config.base_url, ttl, config.cache_max_bytes as u64).map_err(invalid)?)
+            }
+            _ => None,
+        };
         Ok(Self {
+            disk,
             in_flight: Arc::new(Semaphore::new(config.concurrency)),
             limiter: RateLimiter::new(config.rate_limit),
             cache: ResponseCache::new(config.cache_ttl, config.cache_max_bytes),
@@ -116,6 +125,12 @@ impl HttpClient {
 
     pub fn clear_cache(&self) {
         self.cache.clear();
+    }
+
+    /// What the disk cache had to ignore since the last call (damaged or foreign entries, a
+    /// failed write): for the caller to warn about.
+    pub fn take_cache_warnings(&self) -> Vec<String> {
+        self.disk.as_ref().map(DiskCache::take_warnings).unwrap_or_default()
     }
 
     /// The rate requests go at now (requests a second): the fixed one, what `rate_limit="auto"`
@@ -148,7 +163,11 @@ impl HttpClient {
             fetched_at,
             cached,
         };
-        if let Some(hit) = self.cache.get(&url) {
+        let hit = match &self.disk {
+            Some(disk) => disk.get(endpoint, token, now_ms()),
+            None => self.cache.get(&url),
+        };
+        if let Some(hit) = hit {
             // The time of the response reused, not of now: cached data is not fresh data.
             return finish(Ok(hit.body), Some(200), 0, hit.fetched_at, true);
         }
@@ -165,7 +184,10 @@ impl HttpClient {
             match outcome {
                 Ok((status, body)) => {
                     let fetched_at = now_ms();
-                    self.cache.put(&url, &body, fetched_at);
+                    match &self.disk {
+                        Some(disk) => disk.put(endpoint, token, &body, fetched_at),
+                        None => self.cache.put(&url, &body, fetched_at),
+                    }
                     return finish(Ok(body), Some(status), attempt, fetched_at, false);
                 }
                 Err(error) => {

@@ -4,6 +4,7 @@
 mod backoff_gauge;
 mod cache;
 pub mod config;
+pub mod disk_cache;
 mod http_client;
 pub mod limiter;
 pub mod retry;

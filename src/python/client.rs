@@ -78,7 +78,7 @@ impl Engine {
     /// Settings arrive as the user gave them (environment variables already resolved); their
     /// types are checked here and their values by `ClientConfig::new`.
     #[new]
-    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff))]
+    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff, cache_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         base_url: String,
@@ -92,6 +92,7 @@ impl Engine {
         proxy: Option<String>,
         max_response_bytes: &Bound<'_, PyAny>,
         backoff: &Bound<'_, PyAny>,
+        cache_dir: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let backoff: (Bound<'_, PyAny>, Bound<'_, PyAny>) = backoff.extract().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -119,6 +120,7 @@ impl Engine {
             rate_limit_auto,
             cache_ttl: optional(cache_ttl, |v| number("cache_ttl", v))?,
             cache_max_bytes: Some(integer("cache_max_bytes", cache_max_bytes)?),
+            cache_dir: cache_dir.map(|dir| dir.to_string_lossy().into_owned()),
             proxy,
             max_response_bytes: Some(integer("max_response_bytes", max_response_bytes)?),
             backoff: Some((number("backoff", &backoff.0)?, number("backoff", &backoff.1)?)),
@@ -144,6 +146,12 @@ impl Engine {
 
     fn clear_cache(&self) {
         self.client.clear_cache();
+    }
+
+    /// What the disk cache had to ignore since the last call (damaged or foreign entries, a
+    /// failed write), for `Client` to warn about.
+    fn take_cache_warnings(&self) -> Vec<String> {
+        self.client.take_cache_warnings()
     }
 
     /// The rate requests go at now (requests a second): the fixed `rate_limit`, what
@@ -235,4 +243,35 @@ pub(super) fn check_base_url(base_url: &Bound<'_, PyAny>) -> PyResult<String> {
 #[pyfunction]
 pub(super) fn is_loopback(url: &str) -> bool {
     reqwest::Url::parse(url).is_ok_and(|url| crate::client::url::is_loopback_url(&url))
+}
+
+/// A disk cache folder (`Client(cache_dir=...)`) as a recording for `Sandbox.replay`:
+/// `(endpoints, tokens, fetched_at_ms, bodies, start_ms)`, starting when the last entry arrived
+/// (so that every entry is served). ValueError for a folder that is not a cache.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub(super) fn read_cache_folder(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+) -> PyResult<(Vec<&'static str>, Vec<String>, Vec<i64>, Vec<Py<pyo3::types::PyBytes>>, i64)> {
+    let (entries, _skipped) =
+        py.detach(|| crate::client::disk_cache::read_folder(&path)).map_err(PyValueError::new_err)?;
+    if entries.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "the cache folder {:?} holds no responses",
+            path.display().to_string()
+        )));
+    }
+    let start_ms = entries.iter().map(|e| e.fetched_at).max().unwrap_or(0);
+    let mut endpoints = Vec::with_capacity(entries.len());
+    let mut tokens = Vec::with_capacity(entries.len());
+    let mut times = Vec::with_capacity(entries.len());
+    let mut bodies = Vec::with_capacity(entries.len());
+    for entry in entries {
+        endpoints.push(entry.endpoint.as_str());
+        tokens.push(entry.token);
+        times.push(entry.fetched_at);
+        bodies.push(pyo3::types::PyBytes::new(py, &entry.body).unbind());
+    }
+    Ok((endpoints, tokens, times, bodies, start_ms))
 }

@@ -59,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;
     m.add_function(wrap_pyfunction!(client::is_loopback, m)?)?;
+    m.add_function(wrap_pyfunction!(client::read_cache_folder, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
