@@ -1,9 +1,10 @@
 //! The client's request rate: off, fixed, or learned while it works (`rate_limit="auto"`).
 //!
 //! One limiter per client, shared by every request, so concurrency does not multiply the rate.
-//! Learning is additive increase, multiplicative decrease: the rate doubles every second until
-//! the first 429 (a slow start, so an unknown limit is found in a few seconds), then grows by
-//! a twentieth a second and falls by a fifth on a 429. When the service sends rate headers
+//! Learning starts unthrottled: a service without a limit is never slowed down. The first 429
+//! sets the rate to what the service let through in the second before it (nine tenths of it);
+//! from then on it is additive increase, multiplicative decrease: the rate grows by a twentieth a
+//! second and falls by a fifth on a 429. When the service sends rate headers
 //! (`X-RateLimit-Limit`, `X-RateLimit-Reset`), the rate never exceeds what they allow: `Limit`
 //! requests per window, the window being the longest `Reset` seen (at least a second).
 
@@ -19,8 +20,10 @@ pub enum RateLimit {
     Auto,
 }
 
-/// Where a learned rate starts: low enough for most services, found to be higher within seconds.
-const START_RATE: f64 = 10.0;
+/// The share of what got through in the last second that the first 429 sets the rate to.
+const FIRST_RATE: f64 = 0.9;
+/// How far back successes are counted for the first rate.
+const GOODPUT_WINDOW: Duration = Duration::from_secs(1);
 /// The learned rate stays within these (requests a second).
 const MIN_RATE: f64 = 0.05;
 const MAX_RATE: f64 = 1e6;
@@ -57,12 +60,16 @@ impl RateHeaders {
 }
 
 struct Learned {
-    rate: f64,
+    /// None until the first 429 or rate header: unthrottled.
+    rate: Option<f64>,
+    /// When the latest successes arrived (within `GOODPUT_WINDOW`), until the rate is known.
+    successes: std::collections::VecDeque<Instant>,
     /// What the rate headers allow (requests a second), once seen.
     ceiling: Option<f64>,
     /// The longest `Reset` seen: the headers' window, in seconds.
     window: f64,
-    slow_start: bool,
+    /// Doubling each second: after a first 429 that came with too little traffic to measure.
+    doubling: bool,
     last_growth: Instant,
     last_decrease: Option<Instant>,
 }
@@ -82,10 +89,11 @@ impl RateLimiter {
     pub(crate) fn new(mode: Option<RateLimit>) -> Self {
         let now = Instant::now();
         let learned = Learned {
-            rate: START_RATE,
+            rate: None,
+            successes: std::collections::VecDeque::new(),
             ceiling: None,
             window: 1.0,
-            slow_start: true,
+            doubling: false,
             last_growth: now,
             last_decrease: None,
         };
@@ -96,11 +104,12 @@ impl RateLimiter {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The rate requests go at now (requests a second): the fixed one, the learned one, or None.
+    /// The rate requests go at now (requests a second): the fixed one, the learned one, or None
+    /// (no limit, or none learned yet).
     pub(crate) fn rate(&self) -> Option<f64> {
         match self.mode? {
             RateLimit::Fixed(rate) => Some(rate),
-            RateLimit::Auto => Some(self.lock().learned.rate),
+            RateLimit::Auto => self.lock().learned.rate,
         }
     }
 
@@ -116,7 +125,10 @@ impl RateLimiter {
                 let mut state = self.lock();
                 let rate = match self.mode {
                     Some(RateLimit::Fixed(rate)) => rate,
-                    _ => state.learned.rate,
+                    _ => match state.learned.rate {
+                        Some(rate) => rate,
+                        None => return, // nothing learned yet: unthrottled
+                    },
                 };
                 let now = Instant::now();
                 let turn = state.last_start.map_or(now, |last| last + Duration::from_secs_f64(1.0 / rate));
@@ -148,30 +160,63 @@ impl RateLimiter {
         if let Some(limit) = headers.limit {
             let ceiling = limit / learned.window * HEADROOM;
             // The first time the service says its limit, there is nothing left to search for.
-            if learned.ceiling.is_none() || learned.slow_start {
-                learned.rate = ceiling;
-                learned.slow_start = false;
+            if learned.ceiling.is_none() || learned.rate.is_none() {
+                learned.rate = Some(ceiling);
             }
             learned.ceiling = Some(ceiling);
         }
-        if status == 429 {
-            let recent = learned.last_decrease.is_some_and(|at| now.saturating_duration_since(at) < DECREASE_HOLD);
-            if !recent {
-                learned.rate *= DECREASE;
+        let rate = match learned.rate {
+            None if status == 429 => {
+                // The first 429: the service let through what arrived in the last second.
+                while learned.successes.front().is_some_and(|at| now.saturating_duration_since(*at) > GOODPUT_WINDOW) {
+                    learned.successes.pop_front();
+                }
                 learned.last_decrease = Some(now);
+                let through = learned.successes.len() as f64;
+                // Too little got through to say much: start at one a second and double each
+                // second until the next 429.
+                learned.doubling = through < 2.0;
+                (through * FIRST_RATE).max(1.0)
             }
-            learned.slow_start = false;
-        } else if (200..300).contains(&status) {
-            let seconds = now.saturating_duration_since(learned.last_growth).as_secs_f64();
-            learned.rate = if learned.slow_start {
-                learned.rate * 2f64.powf(seconds)
-            } else {
-                learned.rate + (learned.rate * INCREASE).max(MIN_STEP) * seconds
-            };
-        }
+            None => {
+                if (200..300).contains(&status) {
+                    learned.successes.push_back(now);
+                    while learned.successes.len() > 100_000
+                        || learned
+                            .successes
+                            .front()
+                            .is_some_and(|at| now.saturating_duration_since(*at) > GOODPUT_WINDOW)
+                    {
+                        learned.successes.pop_front();
+                    }
+                }
+                learned.last_growth = now;
+                return;
+            }
+            Some(rate) if status == 429 => {
+                let recent = learned.last_decrease.is_some_and(|at| now.saturating_duration_since(at) < DECREASE_HOLD);
+                if recent {
+                    rate
+                } else {
+                    learned.last_decrease = Some(now);
+                    learned.doubling = false;
+                    rate * DECREASE
+                }
+            }
+            Some(rate) if (200..300).contains(&status) => {
+                let seconds = now.saturating_duration_since(learned.last_growth).as_secs_f64();
+                if learned.doubling {
+                    rate * 2f64.powf(seconds)
+                } else {
+                    rate + (rate * INCREASE).max(MIN_STEP) * seconds
+                }
+            }
+            Some(rate) => rate,
+        };
+        learned.successes.clear();
         learned.last_growth = now;
         let ceiling = learned.ceiling.unwrap_or(MAX_RATE);
-        learned.rate = learned.rate.clamp(MIN_RATE, ceiling.clamp(MIN_RATE, MAX_RATE));
+        learned.rate = Some(rate.clamp(MIN_RATE, ceiling.clamp(MIN_RATE, MAX_RATE)));
     }
 }
 
@@ -184,21 +229,35 @@ mod tests {
     }
 
     #[test]
-    fn slow_start_doubles_until_the_first_429_then_backs_off() {
+    fn unthrottled_until_the_first_429_then_what_got_through() {
         let limiter = auto();
         let start = Instant::now();
-        limiter.observe_at(200, RateHeaders::default(), start + Duration::from_secs(2));
-        let grown = limiter.rate().unwrap();
-        assert!((grown - START_RATE * 4.0).abs() < 1e-3, "{grown}");
-        limiter.observe_at(429, RateHeaders::default(), start + Duration::from_secs(2));
-        let after = limiter.rate().unwrap();
-        assert!((after - grown * DECREASE).abs() < 1e-6);
+        assert_eq!(limiter.rate(), None, "a service without a limit is never slowed");
+        for i in 0..40u32 {
+            limiter.observe_at(200, RateHeaders::default(), start + Duration::from_millis(u64::from(i)));
+        }
+        limiter.observe_at(429, RateHeaders::default(), start + Duration::from_millis(50));
+        let first = limiter.rate().unwrap();
+        assert!((first - 40.0 * FIRST_RATE).abs() < 1e-9, "{first}");
         // A burst of 429s answering requests sent at the old rate is one decrease.
-        limiter.observe_at(429, RateHeaders::default(), start + Duration::from_millis(2030));
-        assert_eq!(limiter.rate().unwrap(), after);
+        limiter.observe_at(429, RateHeaders::default(), start + Duration::from_millis(60));
+        assert_eq!(limiter.rate().unwrap(), first);
+        limiter.observe_at(429, RateHeaders::default(), start + Duration::from_millis(200));
+        let lower = limiter.rate().unwrap();
+        assert!((lower - first * DECREASE).abs() < 1e-9);
         // Then additive growth: a twentieth a second.
+        limiter.observe_at(200, RateHeaders::default(), start + Duration::from_millis(1200));
+        assert!(limiter.rate().unwrap() > lower && limiter.rate().unwrap() < lower * 1.1);
+    }
+
+    #[test]
+    fn a_429_first_thing_starts_low_and_doubles() {
+        let limiter = auto();
+        let start = Instant::now();
+        limiter.observe_at(429, RateHeaders::default(), start);
+        assert_eq!(limiter.rate(), Some(1.0));
         limiter.observe_at(200, RateHeaders::default(), start + Duration::from_secs(3));
-        assert!(limiter.rate().unwrap() > after && limiter.rate().unwrap() < after * 1.1);
+        assert!((limiter.rate().unwrap() - 8.0).abs() < 1e-6);
     }
 
     #[test]
@@ -223,7 +282,7 @@ mod tests {
             for i in 0..50 {
                 limiter.observe_at(429, headers, Instant::now() + Duration::from_secs(i));
             }
-            let rate = limiter.rate().unwrap();
+            let rate = limiter.rate().unwrap_or(MIN_RATE);
             assert!((MIN_RATE..=MAX_RATE).contains(&rate), "{limit} {reset}: {rate}");
         }
     }
