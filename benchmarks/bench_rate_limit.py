@@ -17,9 +17,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from _common import emit, machine, table, target
-
 import defilens
+from _common import emit, machine, table, target
 from defilens.testing import Sandbox
 
 
@@ -87,7 +86,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--plot", default=None, help="where to save the plot of the learned rate (PNG)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    load_before = " ".join(open("/proc/loadavg").read().split()[:3])
+    with open("/proc/loadavg") as loadavg:
+        load_before = " ".join(loadavg.read().split()[:3])
     results = [
         run(args.max_rps, args.ids, "auto", True, sample=True),
         run(args.max_rps, args.ids, "auto", False, sample=True),
