@@ -13,7 +13,7 @@ from ._polars_version import check_polars
 check_polars()
 
 # The imports below come after the check, so an old polars fails with its message, not theirs.
-from . import _exceptions, testing
+from . import _exceptions, ta, testing
 from ._client import AsyncClient, Client
 from ._core import __version__
 
@@ -22,6 +22,7 @@ from ._exceptions import *  # noqa: F403
 from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
 from .history import collect, compact, convert, reparse, scan
+from .research import Audit, asof, audit, panel, verify
 
 __all__ = [
     "Client",
@@ -38,6 +39,12 @@ __all__ = [
     "compact",
     "convert",
     "reparse",
+    "panel",
+    "asof",
+    "audit",
+    "Audit",
+    "verify",
+    "ta",
     "testing",
     "__version__",
 ]

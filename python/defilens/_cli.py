@@ -19,6 +19,7 @@ from ._exceptions import DefiLensError
 from ._frames import Frames
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert
 from .history._collect import prepare as prepare_root
+from .research import audit
 from .testing import Sandbox
 
 #: Exit codes: 0 done (with --strict: nothing failed), 1 an error or nothing fetched, 2 bad usage,
@@ -134,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
         help="also keep each round's response bodies in a raw table, for defilens.reparse and Sandbox.replay",
     )
     coll.add_argument("--compact", action="store_true", help="run `defilens compact` every hour as it goes")
+    coll.add_argument(
+        "--audit", action="store_true", help="print the history's audit summary each time a day (UTC) closes"
+    )
     storage_option(coll)
     connection_options(coll)
 
@@ -157,6 +161,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--no-sort", action="store_true", help="pack files only; do not sort closed days by token")
     storage_option(comp)
+
+    aud = sub.add_parser(
+        "audit",
+        help="report a history's coverage, gaps, failures, stale fetches and repainted candles",
+        description=(
+            "Audit a collected history: candle closes expected, seen and missing per token and interval, the gaps, "
+            "failed requests, stale fetches and repainted candles. With --max-missing N, exit 1 when a token and "
+            "interval misses more than N candles (for cron jobs and CI)."
+        ),
+    )
+    aud.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    aud.add_argument("--max-missing", type=int, metavar="N", help="exit 1 when a token and interval misses more than N")
+    storage_option(aud)
 
     conv = sub.add_parser(
         "convert",
@@ -438,10 +455,19 @@ def _collect(args: argparse.Namespace) -> int:
     options = _storage_options(args)
     prepare_root(args.out, options)
     rounds_done = 0
+    last_day: "list[object]" = [None]
 
     def report(round_number: int, frames: Frames) -> None:
         nonlocal rounds_done
         rounds_done = round_number
+        if args.audit:
+            # Each time a day (UTC) closes, the summary of the history so far.
+            import datetime as dt
+
+            today = dt.datetime.now(dt.timezone.utc).date()
+            if last_day[0] is not None and today != last_day[0]:
+                print(f"-- audit as {last_day[0]} closed --\n{audit(args.out, storage_options=options)}", flush=True)
+            last_day[0] = today
         print(f"round {round_number}: {frames.snapshot.height} tokens", flush=True)
         errors = frames.errors
         if errors.height:
@@ -485,6 +511,22 @@ def _compact(args: argparse.Namespace) -> int:
         f"({report['files_removed']:,} packed into {report['files_added']:,}), {report['days_sorted']} closed days "
         f"sorted by token, {report['files_vacuumed']:,} old files vacuumed"
     )
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    if args.max_missing is not None and args.max_missing < 0:
+        raise ValueError(f"--max-missing must be 0 or more, got {args.max_missing}")
+    report = audit(args.folder, storage_options=_storage_options(args))
+    print(report)
+    if args.max_missing is not None and report.max_missing() > args.max_missing:
+        worst = report.worst(1).row(0, named=True)
+        print(
+            f"defilens: {worst['token']} {worst['interval']} misses {worst['missing']} candles, more than "
+            f"--max-missing {args.max_missing}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     return 0
 
 
@@ -542,6 +584,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "collect": _collect,
         "compact": _compact,
         "convert": _convert,
+        "audit": _audit,
         "sandbox": _sandbox,
     }[args.command]
     try:

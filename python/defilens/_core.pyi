@@ -26,6 +26,7 @@ __all__ = [
     "parse_markets",
     "parse_many",
     "parse_duration",
+    "ta_series",
     "parse_token",
     "parse_tokens",
     "sandbox_listing_body",
@@ -218,6 +219,12 @@ def parse_many(
 def parse_duration(value: Union[str, float, dt.timedelta], name: str = "every") -> float:
     """A duration as users write it (``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1d"``, seconds,
     or a timedelta) in seconds: positive and finite, else ValueError naming ``name``."""
+
+def ta_series(
+    kind: str, values: pl.Series, n: int = 14, k: float = 2.0, fast: int = 12, slow: int = 26, signal: int = 9
+) -> Union[pl.Series, pl.DataFrame]:
+    """One indicator series over ``values`` (closes, oldest first): ``rsi`` or ``sma`` give a
+    Series, ``bbands`` (upper, middle, lower) and ``macd`` (macd, signal, hist) a DataFrame."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

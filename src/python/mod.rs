@@ -8,6 +8,7 @@ mod errors;
 mod parsing;
 #[cfg(feature = "sandbox")]
 mod sandbox;
+mod ta;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -55,6 +56,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::parse_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::parse_markets, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::parse_many, m)?)?;
+    m.add_function(wrap_pyfunction!(ta::ta_series, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;

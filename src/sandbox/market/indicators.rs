@@ -1,43 +1,17 @@
-//! The technical indicators of the listing, by their standard definitions, computed over a
-//! candle series' closes (oldest first) and reported at the last close. Where definitions differ
-//! in how they start, these follow TA-Lib's, so that TA-Lib on the same candles gives the same
-//! numbers (the Python tests check it).
+//! The technical indicators of the listing, reported at the last close of a candle series: the
+//! last values of `crate::ta`'s series (the one implementation, which `defilens.ta` gives users).
 
-/// The simple mean of the last `period` closes.
+use crate::ta;
+
+/// The simple mean of the last `period` closes (of all of them when there are fewer).
 pub fn sma(closes: &[f64], period: usize) -> f64 {
     let window = &closes[closes.len().saturating_sub(period)..];
-    window.iter().sum::<f64>() / window.len().max(1) as f64
+    ta::sma(window, window.len().max(1)).last().copied().flatten().unwrap_or(f64::NAN)
 }
 
-/// Wilder's RSI: the first average gain and loss are the means of the first `period` changes,
-/// then each new change is folded in with weight 1/period. 0 when nothing moved (as TA-Lib).
+/// Wilder's RSI at the last close; 50 until there are more closes than `period`.
 pub fn rsi(closes: &[f64], period: usize) -> f64 {
-    if closes.len() <= period {
-        return 50.0;
-    }
-    let change = |i: usize| closes[i] - closes[i - 1];
-    let (mut gain, mut loss) = (0.0, 0.0);
-    for i in 1..=period {
-        let delta = change(i);
-        if delta > 0.0 {
-            gain += delta;
-        } else {
-            loss -= delta;
-        }
-    }
-    let weight = period as f64;
-    gain /= weight;
-    loss /= weight;
-    for i in period + 1..closes.len() {
-        let delta = change(i);
-        gain = (gain * (weight - 1.0) + delta.max(0.0)) / weight;
-        loss = (loss * (weight - 1.0) + (-delta).max(0.0)) / weight;
-    }
-    if gain + loss == 0.0 {
-        0.0
-    } else {
-        100.0 * gain / (gain + loss)
-    }
+    ta::rsi(closes, period).last().copied().flatten().unwrap_or(50.0)
 }
 
 pub struct Bands {
@@ -49,40 +23,18 @@ pub struct Bands {
 
 /// Bollinger bands over the last `period` closes at `deviations` population standard deviations.
 pub fn bollinger(closes: &[f64], period: usize, deviations: f64) -> Bands {
-    let middle = sma(closes, period);
     let window = &closes[closes.len().saturating_sub(period)..];
-    let variance = window.iter().map(|close| (close - middle).powi(2)).sum::<f64>() / window.len().max(1) as f64;
-    let width = deviations * variance.sqrt();
-    Bands { upper: middle + width, middle, lower: middle - width }
+    let (upper, middle, lower) = ta::bollinger(window, window.len().max(1), deviations)
+        .last()
+        .copied()
+        .flatten()
+        .unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+    Bands { upper, middle, lower }
 }
 
-/// MACD(fast, slow, signal) line and signal line at the last close. Each EMA starts from the
-/// mean of its first `period` inputs, the fast one aligned to end where the slow one starts (as
-/// TA-Lib does).
+/// MACD(fast, slow, signal) line and signal line at the last close.
 pub fn macd(closes: &[f64], fast: usize, slow: usize, signal: usize) -> Option<(f64, f64)> {
-    let first_macd = slow - 1;
-    if closes.len() < first_macd + signal {
-        return None;
-    }
-    let fast_line = ema_from(closes, fast, first_macd);
-    let slow_line = ema_from(closes, slow, first_macd);
-    let macd_line: Vec<f64> = fast_line.iter().zip(&slow_line).map(|(f, s)| f - s).collect();
-    let signal_line = ema_from(&macd_line, signal, signal - 1);
-    Some((*macd_line.last()?, *signal_line.last()?))
-}
-
-/// The EMA of `values` from index `start` on: its value at `start` is the mean of the `period`
-/// values ending there, then `ema += (value - ema) * 2 / (period + 1)`.
-fn ema_from(values: &[f64], period: usize, start: usize) -> Vec<f64> {
-    let k = 2.0 / (period as f64 + 1.0);
-    let mut ema = values[start + 1 - period..=start].iter().sum::<f64>() / period as f64;
-    let mut out = Vec::with_capacity(values.len() - start);
-    out.push(ema);
-    for value in &values[start + 1..] {
-        ema += (value - ema) * k;
-        out.push(ema);
-    }
-    out
+    ta::macd(closes, fast, slow, signal).last().copied().flatten().map(|(line, signal, _)| (line, signal))
 }
 
 #[cfg(test)]

@@ -1,0 +1,125 @@
+"""Checking a vendor's precomputed indicators against candles: "why does my RSI differ from the
+vendor's?" answered row by row, with the warm-up sensitivity that is its usual cause."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import polars as pl
+
+from .. import _core
+from .._frames import INTERVAL
+from ._audit import INTERVAL_LENGTH
+
+#: indicator name -> (what to compute, its period, which band).
+_RECIPES = {
+    "rsi7": ("rsi", 7, None),
+    "rsi14": ("rsi", 14, None),
+    "rsi25": ("rsi", 25, None),
+    "sma5": ("sma", 5, None),
+    "sma20": ("sma", 20, None),
+    "sma100": ("sma", 100, None),
+    "upper_bband": ("bbands", 20, "upper"),
+    "middle_bband": ("bbands", 20, "middle"),
+    "lower_bband": ("bbands", 20, "lower"),
+}
+
+
+def _last(kind: str, closes: pl.Series, period: int, band: Optional[str]) -> Optional[float]:
+    if closes.len() < period + (1 if kind == "rsi" else 0):
+        return None
+    out = _core.ta_series(kind, closes, n=period, k=2.0)
+    value = out[band or "middle"][-1] if isinstance(out, pl.DataFrame) else out[-1]
+    return None if value is None else float(value)
+
+
+def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
+    needed = {"token", "interval", "open_time", "close"}
+    missing = needed - set(candles.columns)
+    if missing:
+        raise ValueError(f"candles needs the columns {sorted(needed)}; {sorted(missing)} are missing")
+    if candles["close"].null_count():
+        raise ValueError("candles has null closes: an indicator needs every close")
+    candles = candles.with_columns(pl.col("interval").cast(pl.String)).sort("token", "interval", "open_time")
+    steps = {name: int(length.total_seconds() * 1000) for name, length in INTERVAL_LENGTH.items()}
+    unknown = set(candles["interval"].unique().to_list()) - set(steps)
+    if unknown:
+        raise ValueError(f"candles has intervals {sorted(unknown)}; known are {list(steps)}")
+    gaps = candles.with_columns(
+        pl.col("open_time").diff().over("token", "interval").dt.total_milliseconds().alias("_step"),
+        pl.col("interval").replace_strict(steps, return_dtype=pl.Int64).alias("_expected"),
+    ).filter(pl.col("_step").is_not_null() & (pl.col("_step") != pl.col("_expected")))
+    if gaps.height:
+        token, interval, at = gaps.select("token", "interval", "open_time").row(0)
+        raise ValueError(
+            f"candles of {token} {interval} are not consecutive at {at} ({gaps.height} places): a recomputed "
+            "indicator would be wrong; give consecutive candles (or verify the candles after the gap only)"
+        )
+    return candles
+
+
+def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float = 1e-6) -> pl.DataFrame:
+    """Recomputes each indicator value it can (RSI, SMA, Bollinger bands) from ``candles`` and
+    compares it with the vendor's.
+
+    ``indicators`` is any frame with ``token``, ``interval``, ``indicator``, ``value`` (for
+    example ``frames.indicators``: one value a token and interval, as of the last candle);
+    ``candles`` has ``token``, ``interval``, ``open_time`` and ``close`` (what `Sandbox.candles`
+    gives, or your own OHLCV), consecutive, the last one the candle the values are as of.
+
+    One row per value: ``token``, ``interval``, ``indicator``, ``vendor``, ``recomputed``,
+    ``diff``, ``ok`` (``|diff| <= tolerance * max(1, |recomputed|)``), and the warm-up
+    sensitivity: ``from_1x``, ``from_2x``, ``from_3x``, the value recomputed from only the last
+    N, 2N and 3N candles (N the period): an RSI that changes between them depends on how much
+    history it was started with, the usual reason two vendors disagree. Rows without candles,
+    or of indicators it cannot recompute, are left out.
+    """
+    for name in ("token", "interval", "indicator", "value"):
+        if name not in indicators.columns:
+            raise ValueError(f"indicators needs the columns token, interval, indicator, value; {name!r} is missing")
+    candles = _check_candles(candles)
+    series: Dict[Tuple[str, str], pl.Series] = {
+        (token, interval): group["close"] for (token, interval), group in candles.group_by("token", "interval")
+    }
+    rows = []
+    for token, interval, indicator, vendor in indicators.select(
+        "token", pl.col("interval").cast(pl.String), "indicator", "value"
+    ).iter_rows():
+        recipe = _RECIPES.get(indicator)
+        closes = series.get((token, interval))
+        if recipe is None or closes is None or vendor is None:
+            continue
+        kind, period, band = recipe
+        recomputed = _last(kind, closes, period, band)
+        if recomputed is None:
+            continue
+        warmups = [_last(kind, closes.tail(period * times + 1), period, band) for times in (1, 2, 3)]
+        diff = vendor - recomputed
+        rows.append(
+            (
+                token,
+                interval,
+                indicator,
+                vendor,
+                recomputed,
+                diff,
+                abs(diff) <= tolerance * max(1.0, abs(recomputed)),
+                *warmups,
+            )
+        )
+    schema = {
+        "token": pl.String,
+        "interval": pl.String,
+        "indicator": pl.String,
+        "vendor": pl.Float64,
+        "recomputed": pl.Float64,
+        "diff": pl.Float64,
+        "ok": pl.Boolean,
+        "from_1x": pl.Float64,
+        "from_2x": pl.Float64,
+        "from_3x": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row").with_columns(pl.col("interval").cast(INTERVAL))
+
+
+__all__ = ["verify"]

@@ -1,0 +1,61 @@
+"""Technical indicators as polars expressions, by the service's definitions: the Rust core's one
+implementation, the same one the Sandbox computes its listings with (checked against TA-Lib).
+
+Each function takes an expression of closes (oldest first) and returns an expression of the same
+length; a value exists once its window is full (null before), as TA-Lib. Use them per token with
+``.over("token")`` on a frame sorted by time::
+
+    candles.with_columns(defilens.ta.rsi(pl.col("close"), 14).over("token").alias("rsi14"))
+
+A null close is an error: an indicator needs every close (fill or drop the gaps first).
+
+Examples:
+    >>> closes = pl.DataFrame({"close": [float(i) for i in range(1, 41)]})
+    >>> closes.select(defilens.ta.sma(pl.col("close"), 5)).tail(1).item()
+    38.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from . import _core
+
+__all__ = ["rsi", "sma", "bbands", "macd"]
+
+
+def _series(kind: str, **params: Any) -> "object":
+    def apply(series: pl.Series) -> pl.Series:
+        out = _core.ta_series(kind, series, **params)
+        if isinstance(out, pl.DataFrame):
+            return out.to_struct(series.name)
+        return out
+
+    return apply
+
+
+def rsi(expr: pl.Expr, n: int = 14) -> pl.Expr:
+    """Wilder's RSI over ``n`` closes (0 to 100; 0 when nothing moved, as TA-Lib)."""
+    return expr.map_batches(_series("rsi", n=n), return_dtype=pl.Float64)  # type: ignore[arg-type]
+
+
+def sma(expr: pl.Expr, n: int) -> pl.Expr:
+    """The simple moving average of the last ``n`` closes."""
+    return expr.map_batches(_series("sma", n=n), return_dtype=pl.Float64)  # type: ignore[arg-type]
+
+
+def bbands(expr: pl.Expr, n: int = 20, k: float = 2.0) -> pl.Expr:
+    """Bollinger bands: a struct of ``upper``, ``middle`` (the SMA of ``n``) and ``lower``, at
+    ``k`` population standard deviations."""
+    dtype = pl.Struct({"upper": pl.Float64, "middle": pl.Float64, "lower": pl.Float64})
+    return expr.map_batches(_series("bbands", n=n, k=k), return_dtype=dtype)  # type: ignore[arg-type]
+
+
+def macd(expr: pl.Expr, fast: int = 12, slow: int = 26, signal: int = 9) -> pl.Expr:
+    """MACD(fast, slow, signal): a struct of ``macd`` (fast EMA - slow EMA), ``signal`` (its EMA)
+    and ``hist`` (their difference). The service's ``macd`` signal says whether the line is above
+    the signal line (``Cross Above``) or below (``Cross Below``)."""
+    dtype = pl.Struct({"macd": pl.Float64, "signal": pl.Float64, "hist": pl.Float64})
+    return expr.map_batches(_series("macd", fast=fast, slow=slow, signal=signal), return_dtype=dtype)  # type: ignore[arg-type]

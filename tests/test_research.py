@@ -1,0 +1,221 @@
+"""Research on a collected history: the point-in-time panel, as-of reads, the audit (and its CLI),
+indicators as expressions (against TA-Lib), and verify, on the Sandbox's simulated clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import defilens
+from defilens.history._collect import new_collector_id
+from defilens.history._root import root_of
+from defilens.history._rounds import round_of_fetch, tables_of
+from defilens.history._tables import commit_round
+from defilens.testing import Sandbox
+
+UTC = dt.timezone.utc
+TOKENS = ["bitcoin", "ethereum", "unknown-x"]
+CLI = [sys.executable, "-m", "defilens"]
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three hourly rounds, a pause of five hours (a hole), two more, and one candle seen twice."""
+    root = tmp_path_factory.mktemp("research") / "h"
+    with Sandbox(now="2026-01-05T10:02:00Z", seed=4) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        client.collect(TOKENS, "0.01s", count=3, out=root, on_round=lambda n, f: sandbox.advance("1h"))
+        sandbox.advance("5h")
+        client.collect(
+            TOKENS, "0.01s", count=2, out=root, on_round=lambda n, f: sandbox.advance("1h") if n < 2 else None
+        )
+        client.collect(TOKENS, "0.01s", count=1, out=root)  # the same candles again: seen twice
+    return root
+
+
+def test_panel_is_one_row_per_candle_with_when_it_was_first_seen(history: Path) -> None:
+    panel = defilens.panel(history).filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14").collect()
+    assert panel.columns == [
+        "token",
+        "interval",
+        "indicator",
+        "updated_at",
+        "first_seen_at",
+        "value",
+        "last_value",
+        "revisions",
+        "lag",
+    ]
+    assert sorted(panel["token"].unique()) == ["bitcoin", "ethereum"]
+    assert panel.group_by("token").len()["len"].to_list() == [5, 5]  # 5 distinct 1h candles seen, one twice
+    assert (panel["lag"] == panel["first_seen_at"] - panel["updated_at"]).all()
+    assert (panel["revisions"] == 1).all() and (panel["value"] == panel["last_value"]).all()
+    raw = (
+        defilens.scan(history, "indicators")
+        .filter(pl.col("token") == "bitcoin", pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
+        .collect()
+    )
+    assert raw.height == 6 and panel.filter(pl.col("token") == "bitcoin").height == 5
+
+
+def test_panel_is_lazy_and_pushes_filters_into_the_scans(history: Path) -> None:
+    lazy = defilens.panel(history)
+    assert isinstance(lazy, pl.LazyFrame)
+    plan = lazy.filter(pl.col("token") == "bitcoin").explain()
+    scans = [line for line in plan.splitlines() if "SCAN" in line.upper()]
+    assert scans, plan
+    # The token filter sits at (or right above) each scan, below the join and the group-by.
+    lines = plan.splitlines()
+    join = next(i for i, line in enumerate(lines) if "JOIN" in line.upper())
+    assert any("bitcoin" in line for line in lines[join:]), plan
+
+
+def test_asof_never_gives_a_value_before_it_was_seen(history: Path) -> None:
+    panel = defilens.panel(history).collect()
+    first = panel["first_seen_at"].min()
+    last = panel["first_seen_at"].max()
+    assert defilens.asof(history, first - dt.timedelta(seconds=1)).height == 0
+    moments = [first, first + (last - first) / 2, last + dt.timedelta(days=1)]
+    rows = defilens.asof(history, moments)
+    assert rows.columns == ["at", "token", "interval", "indicator", "updated_at", "first_seen_at", "value"]
+    assert (rows["first_seen_at"] <= rows["at"]).all()
+    latest = panel.sort("updated_at").group_by("token", "interval", "indicator").last()
+    final = rows.filter(pl.col("at") == rows["at"].max()).join(
+        latest, on=["token", "interval", "indicator"], suffix="_p"
+    )
+    assert (final["updated_at"] == final["updated_at_p"]).all() and (final["value"] == final["value_p"]).all()
+    naive = defilens.asof(history, last.replace(tzinfo=None))
+    assert naive.height == 90 and naive.equals(defilens.asof(history, last))
+    with pytest.raises(TypeError):
+        defilens.asof(history, "yesterday")  # type: ignore[arg-type]
+
+
+def test_audit_finds_the_hole_the_failures_and_says_so_on_one_screen(history: Path) -> None:
+    report = defilens.audit(history)
+    hourly = report.coverage.filter(pl.col("interval") == "1h", pl.col("token") == "bitcoin").row(0, named=True)
+    # Closes 10:00, 11:00, 12:00, then a pause of five hours, 18:00, 19:00 (twice): 10 expected, 5 seen.
+    assert (hourly["expected"], hourly["seen"], hourly["missing"]) == (10, 5, 5)
+    gap = report.gaps.filter(pl.col("interval") == "1h", pl.col("token") == "bitcoin").row(0, named=True)
+    assert (gap["gap_start"].hour, gap["gap_end"].hour, gap["missing"]) == (13, 17, 5)
+    assert report.failures.filter(pl.col("token") == "unknown-x")["rounds"].sum() == 12  # 6 rounds x 2 endpoints
+    text = str(report)
+    assert "coverage:" in text and "most missing:" in text and "unknown-x" in text
+    assert len(text.splitlines()) <= 8
+
+
+def test_audit_cli_exit_codes(history: Path) -> None:
+    report = defilens.audit(history)
+    worst = report.max_missing()
+    ok = subprocess.run(CLI + ["audit", str(history), "--max-missing", str(worst)], capture_output=True, text=True)
+    assert ok.returncode == 0 and "coverage:" in ok.stdout, ok.stderr
+    failed = subprocess.run(
+        CLI + ["audit", str(history), "--max-missing", str(worst - 1)], capture_output=True, text=True
+    )
+    assert failed.returncode == 1 and "more than --max-missing" in failed.stderr
+
+
+def test_a_repainted_candle_is_counted(tmp_path: Path) -> None:
+    root = root_of(tmp_path / "h")
+    with Sandbox(now="2026-01-05T10:02:00Z") as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], progress=False)
+    app = new_collector_id()
+    for number, shift in enumerate([0.0, 1.5]):
+        round_ = round_of_fetch(frames, app, number, dt.datetime.now(UTC), keep_raw=False)
+        tables, _ = tables_of(round_)
+        tables["indicators"] = tables["indicators"].with_columns(
+            pl.col("fetched_at") + pl.duration(seconds=number),
+            pl.when(pl.col("indicator") == "rsi14")
+            .then(pl.col("value") + shift)
+            .otherwise(pl.col("value"))
+            .alias("value"),
+        )
+        tables["ta_updated"] = tables["ta_updated"].with_columns(pl.col("fetched_at") + pl.duration(seconds=number))
+        commit_round(root, tables, app, number, round_.metadata)
+    panel = defilens.panel(root.url).filter(pl.col("indicator") == "rsi14").collect()
+    assert (panel["revisions"] == 2).all() and (panel["last_value"] - panel["value"] - 1.5).abs().max() < 1e-9
+    assert defilens.audit(root.url).revisions.height == panel.height
+
+
+def test_ta_expressions_match_ta_lib_on_random_walks() -> None:
+    talib = pytest.importorskip("talib")
+    rng = np.random.default_rng(7)
+    for trial in range(5):
+        closes = 100 * np.exp(np.cumsum(rng.normal(0, 0.02, 400 + trial * 50)))
+        frame = pl.DataFrame({"close": closes}).select(
+            defilens.ta.rsi(pl.col("close"), 14).alias("rsi"),
+            defilens.ta.sma(pl.col("close"), 20).alias("sma"),
+            defilens.ta.bbands(pl.col("close"), 20, 2.0).alias("bands"),
+            defilens.ta.macd(pl.col("close")).alias("macd"),
+        )
+        upper, _, lower = talib.BBANDS(closes, 20, 2, 2)
+        line, signal, hist = talib.MACD(closes, 12, 26, 9)
+        pairs = [
+            (frame["rsi"], talib.RSI(closes, 14)),
+            (frame["sma"], talib.SMA(closes, 20)),
+            (frame["bands"].struct.field("upper"), upper),
+            (frame["bands"].struct.field("lower"), lower),
+            (frame["macd"].struct.field("macd"), line),
+            (frame["macd"].struct.field("signal"), signal),
+            (frame["macd"].struct.field("hist"), hist),
+        ]
+        for ours, theirs in pairs:
+            ours_np = ours.to_numpy()
+            assert (np.isnan(ours_np) == np.isnan(theirs)).all(), ours.name
+            assert np.nanmax(np.abs(ours_np - theirs)) < 1e-8, ours.name
+    per_token = pl.DataFrame({"token": ["a"] * 30 + ["b"] * 30, "close": [float(i) for i in range(60)]})
+    out = per_token.with_columns(defilens.ta.sma(pl.col("close"), 5).over("token").alias("sma5"))
+    assert out.filter(pl.col("token") == "b")["sma5"].to_list()[:5] == [None, None, None, None, 32.0]
+    with pytest.raises(Exception, match="null"):
+        pl.DataFrame({"close": [1.0, None, 3.0]}).select(defilens.ta.rsi(pl.col("close"), 2))
+
+
+def _candles(sandbox: Sandbox, token: str) -> pl.DataFrame:
+    return pl.concat(
+        sandbox.candles(token, interval).with_columns(pl.lit(token).alias("token"), pl.lit(interval).alias("interval"))
+        for interval in ("5m", "15m", "1h", "24h", "1w")
+    )
+
+
+def test_verify_agrees_with_the_sandbox_and_catches_a_skewed_value() -> None:
+    with Sandbox(now="2026-02-01T12:00:00Z", seed=2) as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"], markets=False, progress=False)
+        candles = pl.concat([_candles(sandbox, "bitcoin"), _candles(sandbox, "ethereum")])
+    checked = defilens.verify(frames.indicators, candles)
+    assert checked.height == 2 * 5 * 9 and checked["ok"].all(), checked.filter(~pl.col("ok"))
+    assert {"from_1x", "from_2x", "from_3x"} <= set(checked.columns)
+    rsi = checked.filter(pl.col("indicator") == "rsi14")
+    assert (rsi["from_1x"] != rsi["recomputed"]).any(), "the RSI depends on its warm-up"
+    skewed = frames.indicators.with_columns(
+        pl.when((pl.col("token") == "ethereum") & (pl.col("interval") == "1h") & (pl.col("indicator") == "sma20"))
+        .then(pl.col("value") * 1.01)
+        .otherwise(pl.col("value"))
+        .alias("value")
+    )
+    caught = defilens.verify(skewed, candles).filter(~pl.col("ok"))
+    assert caught.select("token", "interval", "indicator").rows() == [("ethereum", "1h", "sma20")]
+    # Unsorted candles are sorted; a gap is an error, never a wrong row.
+    shuffled = candles.sample(fraction=1.0, shuffle=True, seed=1)
+    assert defilens.verify(frames.indicators, shuffled)["ok"].all()
+    middle_1h = candles.with_row_index("i").filter(pl.col("token") == "bitcoin", pl.col("interval") == "1h")["i"][150]
+    holed = candles.with_row_index("i").filter(pl.col("i") != middle_1h).drop("i")
+    with pytest.raises(ValueError, match="not consecutive"):
+        defilens.verify(frames.indicators, holed)
+
+
+def test_an_empty_history_and_one_without_ta_updated(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        defilens.audit(tmp_path / "nothing")
+    root = tmp_path / "failed"
+    with Sandbox() as sandbox:
+        defilens.Client(base_url=sandbox.url).collect(["unknown-a"], "0.01s", count=1, out=root, max_failed_rounds=5)
+    report = defilens.audit(root)
+    assert report.coverage.height == 0 and report.failures.height == 2
+    assert "0 of 0 candle closes" in str(report)
+    assert defilens.panel(root).collect().height == 0
+    assert defilens.asof(root, dt.datetime.now(UTC)).height == 0
