@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Dict
 
@@ -111,9 +112,11 @@ def test_kill_9_at_random_moments_never_leaves_half_a_round_or_a_round_twice(tmp
         child.send_signal(signal.SIGKILL)
         child.wait()
         left_in_spool += bool(glob.glob(str(root / "_spool" / "*" / "*.round")))
-    # Every kill landed somewhere in a round; most left one fetched and not committed everywhere.
+    # Every kill landed somewhere in a round; many left one fetched and not committed everywhere,
+    # which the next trial's collect finished first. The last kill may or may not have.
     assert left_in_spool > 0
-    with pytest.warns(defilens.DefiLensWarning, match="finished"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", defilens.DefiLensWarning)
         _collect(root, 1)
     fetches = assert_whole_rounds(root)
     assert fetches > trials
