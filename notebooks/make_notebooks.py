@@ -208,6 +208,93 @@ NOTEBOOKS["04_history.ipynb"] = [
 ]
 
 
+RESEARCH_SETUP = """import datetime as dt
+import tempfile
+import polars as pl
+import matplotlib.pyplot as plt
+import defilens
+
+# A history on a simulated clock: hourly rounds for six tokens, with a deliberate hole (the
+# collector paused for six hours), so the audit has something to find.
+tokens = ["bitcoin", "ethereum", "solana", "dogecoin", "cardano", "chainlink"]
+root = tempfile.mkdtemp() + "/history"
+sandbox = defilens.testing.Sandbox(seed=3, now="2026-03-01T00:02:00Z")
+client = defilens.Client(base_url=sandbox.url)
+client.collect(tokens, "0.01s", count=12, out=root, on_round=lambda n, f: sandbox.advance("1h"))
+sandbox.advance("6h")                                   # the hole
+client.collect(tokens, "0.01s", count=12, out=root, on_round=lambda n, f: sandbox.advance("1h"))
+print(defilens.scan(root, "snapshot").select(pl.len()).collect().item(), "listing fetches collected")"""
+
+RESEARCH_AUDIT = """report = defilens.audit(root)
+print(report)
+coverage = report.coverage.with_columns(pl.col("interval").cast(pl.String), (pl.col("missing") / pl.col("expected")).alias("share"))
+share = coverage.pivot(on="interval", index="token", values="share").sort("token")
+counts = coverage.pivot(on="interval", index="token", values="missing").sort("token")
+intervals = [c for c in ["5m", "15m", "1h", "24h", "1w"] if c in share.columns]
+fig, ax = plt.subplots(figsize=(6, 3))
+image = ax.imshow(share.select(intervals).to_numpy(), cmap="Reds", aspect="auto", vmin=0, vmax=1)
+for row, token in enumerate(counts["token"]):
+    for column, interval in enumerate(intervals):
+        ax.text(column, row, counts[interval][row], ha="center", va="center", fontsize=8)
+ax.set_xticks(range(len(intervals)), intervals)
+ax.set_yticks(range(share.height), share["token"].to_list())
+ax.set_title("candle closes missing (count; colour: share of expected)")
+fig.colorbar(image, label="share missing")
+plt.show()"""
+
+RESEARCH_PANEL = """panel = defilens.panel(root).filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
+panel.sort("token", "updated_at").collect().head(8)"""
+
+RESEARCH_ASOF = """first = defilens.panel(root).select(pl.col("first_seen_at").min()).collect().item()
+moments = [first + dt.timedelta(seconds=s) for s in (0, 1, 2)]
+screen = (
+    defilens.asof(root, moments)
+    .filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
+    .pivot(on="at", index="token", values="value")
+)
+screen"""
+
+RESEARCH_VERIFY = """frames = client.fetch(tokens, markets=False)
+candles = pl.concat(
+    sandbox.candles(token, interval).with_columns(token=pl.lit(token), interval=pl.lit(interval))
+    for token in tokens
+    for interval in ["5m", "15m", "1h", "24h", "1w"]
+)
+checked = defilens.verify(frames.indicators, candles)
+print(f"{checked['ok'].sum()} of {checked.height} values agree with the candles")
+skewed = frames.indicators.with_columns(
+    pl.when((pl.col("token") == "solana") & (pl.col("interval") == "24h") & (pl.col("indicator") == "rsi14"))
+    .then(pl.col("value") + 0.5)
+    .otherwise(pl.col("value"))
+    .alias("value")
+)
+defilens.verify(skewed, candles).filter(~pl.col("ok"))"""
+
+NOTEBOOKS["05_research.ipynb"] = [
+    new_markdown_cell(
+        "# Research on a history\n\nA collected history, then the three steps every study on it needs: what is missing (the audit), one row per candle with the moment it became knowable (the panel, and as-of reads that never look ahead), and whether the vendor's indicators agree with the candles (verify). Everything runs offline against the Sandbox."
+    ),
+    new_code_cell(RESEARCH_SETUP),
+    new_markdown_cell(
+        "## The audit: coverage, gaps, failures\n\nRounds an hour apart can see one 5m close in twelve and one 15m close in four: the audit counts the others as missing, as it should. The six-hour pause is the 6 missing 1h closes of every token. (On a simulated clock `fetched_at` is the real time of each fetch and `updated_at` the Sandbox's, so every fetch looks stale here; against the real service both are real time.)"
+    ),
+    new_code_cell(RESEARCH_AUDIT),
+    new_markdown_cell(
+        "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), how late that was (`lag`: months here, for the reason above), and how many values the service gave for it (`revisions`)."
+    ),
+    new_code_cell(RESEARCH_PANEL),
+    new_markdown_cell(
+        "## As-of reads\n\nThe RSI(14) on 1h a backtest may use at three decision times (a second apart: the simulated rounds were fetched within seconds of each other): only candles seen by then."
+    ),
+    new_code_cell(RESEARCH_ASOF),
+    new_markdown_cell(
+        "## Verify the vendor's indicators against candles\n\nThe Sandbox's values all agree; a value skewed by half a point is caught, and nothing else is flagged. `from_1x`, `from_2x`, `from_3x` show how much an RSI depends on its warm-up."
+    ),
+    new_code_cell(RESEARCH_VERIFY),
+    new_code_cell("sandbox.stop()"),
+]
+
+
 def main() -> None:
     os.environ.pop("DEFILENS_API_KEY", None)
     for name, cells in NOTEBOOKS.items():

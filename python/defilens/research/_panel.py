@@ -4,6 +4,7 @@ became knowable, and as-of reads of it that never look ahead."""
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import polars as pl
@@ -85,9 +86,12 @@ def asof(
     )
     keys = frontier.select(KEYS).unique()
     grid = moments.join(keys, how="cross").sort("at")
-    found = grid.join_asof(
-        frontier.sort("first_seen_at"), left_on="at", right_on="first_seen_at", by=KEYS, strategy="backward"
-    )
+    with warnings.catch_warnings():
+        # Both sides are sorted just above; polars says it cannot check that within groups.
+        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
+        found = grid.join_asof(
+            frontier.sort("first_seen_at"), left_on="at", right_on="first_seen_at", by=KEYS, strategy="backward"
+        )
     return (
         found.filter(pl.col("first_seen_at").is_not_null())
         .select("at", *KEYS, "updated_at", "first_seen_at", "value")
