@@ -29,21 +29,30 @@ def panel(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
     Examples:
         >>> defilens.panel("history/").filter(pl.col("token") == "bitcoin").collect()  # doctest: +SKIP
     """
+    return per_candle(seen(source, storage_options))
+
+
+def seen(source: PathLike, storage_options: Optional[Mapping[str, Any]]) -> pl.LazyFrame:
+    """Every indicator value fetched, beside the candle close ``ta_updated`` gave in that fetch."""
     indicators = scan(source, "indicators", storage_options=storage_options).select(
         "token", "interval", "indicator", "value", "fetched_at"
     )
     closes = scan(source, "ta_updated", storage_options=storage_options).select(
         "token", "interval", "fetched_at", "updated_at"
     )
-    seen = indicators.join(closes, on=["token", "interval", "fetched_at"], how="inner").filter(
+    return indicators.join(closes, on=["token", "interval", "fetched_at"], how="inner").filter(
         pl.col("updated_at").is_not_null()
     )
+
+
+def per_candle(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """`seen` rows folded into the panel's one row per candle."""
     return (
-        seen.group_by([*KEYS, "updated_at"])
+        rows.group_by([*KEYS, "updated_at"])
         .agg(
             pl.col("fetched_at").min().alias("first_seen_at"),
-            pl.col("value").sort_by("fetched_at").first().alias("value"),
-            pl.col("value").sort_by("fetched_at").last().alias("last_value"),
+            pl.col("value").get(pl.col("fetched_at").arg_min()).alias("value"),
+            pl.col("value").get(pl.col("fetched_at").arg_max()).alias("last_value"),
             pl.col("value").n_unique().cast(pl.Int64).alias("revisions"),
         )
         .with_columns((pl.col("first_seen_at") - pl.col("updated_at")).alias("lag"))
