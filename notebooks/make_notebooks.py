@@ -245,6 +245,17 @@ plt.show()"""
 RESEARCH_PANEL = """panel = defilens.panel(root).filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
 panel.sort("token", "updated_at").collect().head(8)"""
 
+RESEARCH_REPAINTS = """# A service that repaints: the Sandbox's repaint_rate=0.3 gives three in ten (token, close) pairs
+# provisional values for a minute after the close. Two polls, 20 s and 80 s after 13:00, see both.
+repainting = defilens.testing.Sandbox(seed=3, now="2026-03-01T13:00:20Z", repaint_rate=0.3)
+repaint_root = tempfile.mkdtemp() + "/history"
+defilens.Client(base_url=repainting.url).collect(
+    tokens, "0.01s", count=2, out=repaint_root, markets=False, on_round=lambda n, f: repainting.advance("1m")
+)
+repainting.stop()
+revised = defilens.panel(repaint_root).filter(pl.col("revisions") > 1, pl.col("indicator") == "rsi14")
+revised.select("token", "interval", "updated_at", "value", "last_value", "revisions").sort("token", "interval").collect()"""
+
 RESEARCH_ASOF = """first = defilens.panel(root).select(pl.col("first_seen_at").min()).collect().item()
 moments = [first + dt.timedelta(seconds=s) for s in (0, 1, 2)]
 screen = (
@@ -283,6 +294,10 @@ NOTEBOOKS["05_research.ipynb"] = [
         "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), how late that was (`lag`: months here, for the reason above), and how many values the service gave for it (`revisions`)."
     ),
     new_code_cell(RESEARCH_PANEL),
+    new_markdown_cell(
+        "A candle can change after it was first seen: a service that computes indicators before the candle's last trades have settled corrects them later (it *repaints*). The panel keeps the value first seen (what a backtest could have used) and the last one, and `revisions` counts the values; the audit lists such candles in `revisions`."
+    ),
+    new_code_cell(RESEARCH_REPAINTS),
     new_markdown_cell(
         "## As-of reads\n\nThe RSI(14) on 1h a backtest may use at three decision times (a second apart: the simulated rounds were fetched within seconds of each other): only candles seen by then."
     ),

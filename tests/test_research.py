@@ -13,10 +13,6 @@ import polars as pl
 import pytest
 
 import defilens
-from defilens.history._collect import new_collector_id
-from defilens.history._root import root_of
-from defilens.history._rounds import round_of_fetch, tables_of
-from defilens.history._tables import commit_round
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
@@ -120,26 +116,46 @@ def test_audit_cli_exit_codes(history: Path) -> None:
     assert failed.returncode == 1 and "more than --max-missing" in failed.stderr
 
 
-def test_a_repainted_candle_is_counted(tmp_path: Path) -> None:
-    root = root_of(tmp_path / "h")
-    with Sandbox(now="2026-01-05T10:02:00Z") as sandbox:
-        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], progress=False)
-    app = new_collector_id()
-    for number, shift in enumerate([0.0, 1.5]):
-        round_ = round_of_fetch(frames, app, number, dt.datetime.now(UTC), keep_raw=False)
-        tables, _ = tables_of(round_)
-        tables["indicators"] = tables["indicators"].with_columns(
-            pl.col("fetched_at") + pl.duration(seconds=number),
-            pl.when(pl.col("indicator") == "rsi14")
-            .then(pl.col("value") + shift)
-            .otherwise(pl.col("value"))
-            .alias("value"),
+def test_repaints_made_by_the_sandbox_are_found_by_panel_and_audit(tmp_path: Path) -> None:
+    """Polls 10 s after the 10:00 close (provisional values) and a minute later (final ones)."""
+    root = tmp_path / "h"
+    ids = [f"coin-{i:02}" for i in range(20)]
+    with Sandbox(now="2026-01-05T10:00:10Z", repaint_rate=0.5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        client.collect(ids, "0.01s", count=2, out=root, markets=False, on_round=lambda n, f: sandbox.advance("1m"))
+    panel = defilens.panel(root).collect()
+    repainted = panel.filter(pl.col("revisions") > 1)
+    moved = repainted["token"].unique().sort().to_list()
+    assert 3 <= len(moved) <= 17, moved  # about half of the tokens drew a repaint of this close
+    # The candles that had just closed at 10:00 repaint (5m, 15m, 1h); the 4h, 24h and 1w did not close.
+    assert sorted(repainted["interval"].cast(pl.String).unique()) == ["15m", "1h", "5m"]
+    assert (repainted["updated_at"] == dt.datetime(2026, 1, 5, 10, tzinfo=UTC)).all()
+    assert (repainted["value"] != repainted["last_value"]).all()
+    steady = panel.filter(~pl.col("token").is_in(moved))
+    assert steady.height and (steady["revisions"] == 1).all()
+    found = defilens.audit(root).revisions
+    assert (
+        found.select(sorted(found.columns))
+        .sort("token", "interval", "indicator")
+        .equals(repainted.select(sorted(repainted.columns)).sort("token", "interval", "indicator"))
+    )
+    # The final values are the ones a Sandbox without repaints serves.
+    with Sandbox(now="2026-01-05T10:01:10Z") as plain:
+        final = defilens.Client(base_url=plain.url).fetch(moved, markets=False, progress=False).indicators
+    joined = repainted.join(final, on=["token", "interval", "indicator"])
+    assert joined.height == repainted.height and (joined["last_value"] == joined["value_right"]).all()
+
+
+def test_no_repaints_without_the_knob_or_after_the_minute(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    with Sandbox(now="2026-01-05T10:01:00Z", repaint_rate=1.0) as sandbox:  # a minute after the close
+        client = defilens.Client(base_url=sandbox.url)
+        client.collect(
+            ["bitcoin"], "0.01s", count=2, out=root, markets=False, on_round=lambda n, f: sandbox.advance("1m")
         )
-        tables["ta_updated"] = tables["ta_updated"].with_columns(pl.col("fetched_at") + pl.duration(seconds=number))
-        commit_round(root, tables, app, number, round_.metadata)
-    panel = defilens.panel(root.url).filter(pl.col("indicator") == "rsi14").collect()
-    assert (panel["revisions"] == 2).all() and (panel["last_value"] - panel["value"] - 1.5).abs().max() < 1e-9
-    assert defilens.audit(root.url).revisions.height == panel.height
+    assert defilens.audit(root).revisions.is_empty()
+    with pytest.raises(ValueError, match="repaint_rate must be between 0 and 1"):
+        Sandbox(repaint_rate=1.5)
 
 
 def test_ta_expressions_match_ta_lib_on_random_walks() -> None:

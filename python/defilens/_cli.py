@@ -215,6 +215,12 @@ def _parser() -> argparse.ArgumentParser:
         help="enforce a real limit of this many requests a second (429 with Retry-After beyond it)",
     )
     sb.add_argument("--no-rate-headers", action="store_true", help="with --max-rps: send no X-RateLimit-* headers")
+    sb.add_argument(
+        "--repaint-rate",
+        type=float,
+        default=0.0,
+        help="share of just-closed candles served with provisional indicator values for their first minute",
+    )
     for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
         sb.add_argument(f"--{fault}", type=float, default=0.0)
     return parser
@@ -560,6 +566,7 @@ def _sandbox(args: argparse.Namespace) -> int:
         speed=args.speed,
         max_rps=args.max_rps,
         rate_headers=not args.no_rate_headers,
+        repaint_rate=args.repaint_rate,
     ) as sandbox:
         try:
             # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.

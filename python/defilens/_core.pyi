@@ -159,6 +159,7 @@ class Sandbox:
         speed: Optional[float] = None,
         max_rps: Optional[float] = None,
         rate_headers: bool = True,
+        repaint_rate: float = 0.0,
         _recording: Any = None,
     ) -> Self:
         """Starts serving. ``None`` means the default: latency 0 s (at most 3,600), seed 0,
@@ -167,7 +168,10 @@ class Sandbox:
         ``speed``: 0 to 100,000. ``max_rps`` enforces a real limit (a token bucket with a burst
         of one second; 0.1 to 1,000,000 requests a second): requests beyond it get 429 with
         ``Retry-After`` and, unless ``rate_headers=False``, ``X-RateLimit-Limit`` / ``-Remaining``
-        / ``-Reset``."""
+        / ``-Reset``. ``repaint_rate`` (0 to 1): the share of (token, 5-minute close) pairs whose
+        just-closed candles are served with provisional indicator values (computed from a close
+        0.2% to 1% off) for the first minute after the close, then the final ones, as a service
+        that repaints does."""
     @property
     def url(self) -> str:
         """Base URL to pass as ``base_url=``."""

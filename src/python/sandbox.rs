@@ -102,7 +102,7 @@ impl PySandbox {
     /// Numbers are checked here (TypeError / ValueError naming the argument and its range);
     /// the fault rates by `SandboxConfig`.
     #[new]
-    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None, now=None, speed=None, max_rps=None, rate_headers=true, _recording=None))]
+    #[pyo3(signature = (*, latency=None, api_key=None, seed=None, error_rate=0.0, rate_limit_rate=0.0, retry_after=None, drop_rate=0.0, truncate_rate=0.0, invalid_json_rate=0.0, host=None, port=None, now=None, speed=None, max_rps=None, rate_headers=true, repaint_rate=0.0, _recording=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -121,6 +121,7 @@ impl PySandbox {
         speed: Option<&Bound<'_, PyAny>>,
         max_rps: Option<&Bound<'_, PyAny>>,
         rate_headers: bool,
+        repaint_rate: f64,
         _recording: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let recording = _recording.map(recording_of).transpose()?;
@@ -166,6 +167,7 @@ impl PySandbox {
             recording: recording.map(Arc::new),
             max_rps: max_rps.map(|rate| number("max_rps", rate)).transpose()?,
             rate_headers,
+            repaint_rate,
         };
         let seed = config.seed;
         let server = py.detach(|| sandbox::Sandbox::start(config)).map_err(|e| match e.kind() {

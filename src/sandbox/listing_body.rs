@@ -8,6 +8,7 @@ use super::market::indicators::{bollinger, macd, rsi, sma};
 use super::market::patterns::{detect, Detected};
 use super::market::universe::{market_cap_rank, TOTAL_MARKET_CAP};
 use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
+use super::repaint::provisional_close_factor;
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -38,6 +39,17 @@ fn percent_change(now: f64, before: f64) -> f64 {
 /// service reference, including its quirks: `current_price` and `macd_<i>` as text,
 /// `number_of_holders` null, `ohlc_updated_time` empty, 4h only on the grouped pattern fields.
 pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
+    build(seed, token, now_ms, false)
+}
+
+/// The listing body as a repainting service serves it in the first minute after a close: the
+/// indicators of every candle that has just closed are computed from a close that is slightly
+/// off (`repaint`); everything else is as in `listing_body`.
+pub fn provisional_listing_body(seed: u64, token: &str, now_ms: i64) -> String {
+    build(seed, token, now_ms, true)
+}
+
+fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
     let market = TokenMarket::new(seed, token);
     let profile = &market.profile;
     // Figures that belong to the token rather than the moment (its categories, links, ...).
@@ -188,7 +200,13 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
 
     for interval in TA_INTERVALS {
         let candles = candles_of(interval);
-        let closes: Vec<f64> = candles.iter().map(|c| c.close).collect();
+        let mut closes: Vec<f64> = candles.iter().map(|c| c.close).collect();
+        let level = level_of(interval).unwrap_or_default();
+        if provisional && last_close_of(level, now_ms) == at {
+            if let Some(last) = closes.last_mut() {
+                *last *= provisional_close_factor(seed, token, at);
+            }
+        }
         for period in [7, 14, 25] {
             number(o, &format!("rsi{period}_{interval}"), rsi(&closes, period));
         }
@@ -202,7 +220,6 @@ pub fn listing_body(seed: u64, token: &str, now_ms: i64) -> String {
         number(o, &format!("lower_bband_{interval}"), bands.lower);
         let above = macd(&closes, 12, 26, 9).is_some_and(|(line, signal)| line > signal);
         let _ = write!(o, "\"macd_{interval}\":\"{}\",", if above { "Cross Above" } else { "Cross Below" });
-        let level = level_of(interval).unwrap_or_default();
         let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
         let found = patterns_of(interval);
         pattern_fields(

@@ -20,7 +20,8 @@
 //! 5. the fault draw (drop, 503, 429, truncate, invalid JSON, in that order of ranges);
 //! 6. ids beginning with `unknown` get 404. This comes after the faults, because a flaky network
 //!    or an overloaded server does not know which tokens exist;
-//! 7. the data: the market's, or with a recording the last body recorded for the (endpoint,
+//! 7. the data: the market's (with `repaint_rate`, a drawn share of just-closed candles carry
+//!    provisional values for a minute: `repaint`), or with a recording the last body recorded for the (endpoint,
 //!    token) at or before the clock's time (404 for ids and times the recording does not cover).
 
 pub mod candles_frame;
@@ -32,6 +33,7 @@ mod markets_body;
 mod precise_timer;
 mod rate_limit;
 mod recording;
+mod repaint;
 mod responses;
 mod server;
 
@@ -89,6 +91,9 @@ pub struct SandboxConfig {
     pub max_rps: Option<f64>,
     /// Whether answers carry `X-RateLimit-Limit`, `-Remaining` and `-Reset` (with `max_rps`).
     pub rate_headers: bool,
+    /// Share of (token, 5-minute close) pairs whose just-closed candles are served with
+    /// provisional indicator values for the first minute after the close, then the final ones.
+    pub repaint_rate: f64,
 }
 
 impl Default for SandboxConfig {
@@ -108,6 +113,7 @@ impl Default for SandboxConfig {
             clock: ClockConfig::WALL,
             max_rps: None,
             rate_headers: true,
+            repaint_rate: 0.0,
             recording: None,
         }
     }
@@ -132,6 +138,9 @@ impl SandboxConfig {
             if !(0.0..=1.0).contains(&rate) {
                 return invalid(format!("{name} must be between 0 and 1, got {rate}"));
             }
+        }
+        if !(0.0..=1.0).contains(&self.repaint_rate) {
+            return invalid(format!("repaint_rate must be between 0 and 1, got {}", self.repaint_rate));
         }
         self.clock.validate().or_else(invalid)?;
         if let Some(rate) = self.max_rps {

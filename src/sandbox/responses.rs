@@ -9,10 +9,11 @@ use bytes::Bytes;
 
 use super::clock::Clock;
 use super::data::{stable_hash, unit_interval};
-use super::listing_body::listing_body;
+use super::listing_body::{listing_body, provisional_listing_body};
 use super::market::last_close_ms;
 use super::markets_body::markets_body;
 use super::rate_limit::TokenBucket;
+use super::repaint::is_provisional;
 use super::SandboxConfig;
 use crate::model::Endpoint;
 
@@ -62,14 +63,21 @@ impl AttemptCounters {
 }
 
 /// Bodies already built for the current 5-minute candle: a body depends on (endpoint, token,
-/// last close) only, and building one derives six candle series, so repeated requests (benchmark
+/// last close, provisional or final) only, and building one derives six candle series, so repeated requests (benchmark
 /// rounds, retries, a simulated clock standing still) are served from here.
 struct BodyCache {
     shards: Vec<Mutex<BodyShard>>,
 }
 
-/// (endpoint, token) -> (the close the body describes, the body).
-type BodyShard = HashMap<(Endpoint, String), (i64, Bytes)>;
+/// (endpoint, token) -> (the close the body describes and whether it is provisional, the body).
+type BodyShard = HashMap<(Endpoint, String), (Moment, Bytes)>;
+
+/// What a body depends on besides its endpoint and token.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Moment {
+    close_ms: i64,
+    provisional: bool,
+}
 
 /// Entries per shard before the shard is emptied (about 64 MB of bodies in all).
 const CACHED_PER_SHARD: usize = 256;
@@ -80,11 +88,11 @@ impl BodyCache {
         Self { shards: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
     }
 
-    fn get_or_build(&self, endpoint: Endpoint, token: &str, close_ms: i64, build: impl FnOnce() -> String) -> Bytes {
+    fn get_or_build(&self, endpoint: Endpoint, token: &str, moment: Moment, build: impl FnOnce() -> String) -> Bytes {
         let shard = &self.shards[(stable_hash(1, &[token.as_bytes()]) % CACHE_SHARDS as u64) as usize];
         let key = (endpoint, token.to_owned());
         if let Some((cached_at, body)) = shard.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            if *cached_at == close_ms {
+            if *cached_at == moment {
                 return body.clone();
             }
         }
@@ -93,7 +101,7 @@ impl BodyCache {
         if entries.len() >= CACHED_PER_SHARD {
             entries.clear();
         }
-        entries.insert(key, (close_ms, body.clone()));
+        entries.insert(key, (moment, body.clone()));
         body
     }
 }
@@ -286,11 +294,15 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
             } else {
                 let now_ms = shared.clock.now_ms();
                 let close_ms = last_close_ms(now_ms);
-                Reply::ok(
-                    shared
-                        .bodies
-                        .get_or_build(endpoint, &token, close_ms, || body(config.seed, endpoint, &token, now_ms)),
-                )
+                let provisional = endpoint == Endpoint::Listing
+                    && is_provisional(config.seed, config.repaint_rate, &token, close_ms, now_ms);
+                Reply::ok(shared.bodies.get_or_build(endpoint, &token, Moment { close_ms, provisional }, || {
+                    if provisional {
+                        provisional_listing_body(config.seed, &token, now_ms)
+                    } else {
+                        body(config.seed, endpoint, &token, now_ms)
+                    }
+                }))
             };
             if fault == Some(Fault::Truncate) {
                 reply.delivery = Delivery::Truncated;

@@ -427,3 +427,23 @@ fn sustains_concurrent_keep_alive_traffic() {
         (0..1000).map(|i| listing_body(0, &format!("t{i}")).len() + markets_body(0, &format!("t{i}")).len()).sum();
     eprintln!("1000 listing + markets bodies ({bytes} bytes) built in {:?}", started.elapsed());
 }
+
+#[test]
+fn a_repainting_candle_is_provisional_for_a_minute_then_final() {
+    let sandbox = start(SandboxConfig {
+        repaint_rate: 1.0,
+        clock: ClockConfig { start_ms: Some(NOW + 10_000), speed: None },
+        ..SandboxConfig::default()
+    });
+    let rsi = |response: RawResponse| response.json()["data"]["rsi14_5m"].as_f64().expect("a number");
+    let provisional = get(&sandbox, "/listings/bitcoin", None);
+    assert_ne!(provisional.body, listing_body(0, "bitcoin").into_bytes());
+    let provisional_rsi = rsi(provisional);
+    // Served again from the body cache, still provisional inside the minute.
+    assert_eq!(rsi(get(&sandbox, "/listings/bitcoin", None)), provisional_rsi);
+    sandbox.advance(repaint::REPAINT_WINDOW_MS).expect("a simulated clock");
+    let last = get(&sandbox, "/listings/bitcoin", None);
+    assert_eq!(last.body, listing_body(0, "bitcoin").into_bytes());
+    assert_ne!(rsi(last), provisional_rsi);
+    assert!(Sandbox::start(SandboxConfig { repaint_rate: 1.5, ..still() }).is_err());
+}
