@@ -28,6 +28,7 @@ use crate::model::fields::{
 use crate::model::value::{convert, excerpt, parse_number_text, BorrowedStr, Mismatch, Typed, Value};
 use crate::model::Endpoint;
 use crate::model::Interval;
+use polars::prelude::PlHashMap;
 
 /// One listing response body and what is known about it.
 #[derive(Clone, Copy, Debug)]
@@ -183,14 +184,24 @@ fn read_routed_field<'de, V: FieldValues<'de>>(
     Ok(())
 }
 
-/// The keys of the last body read on the fast path, in order, with their routes: bodies of one
-/// service list the same keys in the same order, so a key is usually recognised by comparing
-/// it with the key at its position in the last body, without hashing it.
+/// The keys the fast path has met, in the order it first met them, with their routes: bodies
+/// of one service list the same keys in the same order, so a key is usually recognised by
+/// comparing it with the key that followed the previous one, without hashing it. When that
+/// fails (a field missing, keys in another order) the key is looked up in `positions`, and the
+/// comparisons go on from there, so one missing field costs one lookup, not one per key after it.
 #[derive(Default)]
 pub(super) struct KeyShape {
     /// Each key's bytes followed by `":`, as `Scanner::key_if` compares them.
     keys: Vec<(Box<[u8]>, CachedRoute)>,
+    /// Each key's bytes -> its index in `keys`.
+    positions: PlHashMap<Box<[u8]>, usize>,
+    /// The index in `keys` of the key expected next in the body being read.
+    cursor: usize,
 }
+
+/// Keys remembered at most: a service's catalogue is about 300; a body of thousands of made-up
+/// keys must not grow the shape without end.
+const MAX_SHAPE_KEYS: usize = 2048;
 
 /// A `FieldRoute` that borrows nothing from a body: the catalogue's routes.
 #[derive(Clone, Copy)]
@@ -227,31 +238,35 @@ impl CachedRoute {
 }
 
 impl KeyShape {
-    /// The key of the `position`-th field of `data` and its route: the last body's key there
-    /// if this body has the same, else whatever key comes (remembered for the next body). The
-    /// route is a catalogue route (`Ok`), or one that borrows from this key (`Err`).
+    /// Starts reading the keys of a new `data` object.
+    fn restart(&mut self) {
+        self.cursor = 0;
+    }
+
+    /// The next key of `data` and its route: a catalogue route (`Ok`), or one that borrows
+    /// from this key (`Err`).
     #[inline]
-    fn read_key<'de>(
-        &mut self,
-        position: usize,
-        scanner: &mut Scanner<'de>,
-    ) -> Option<(&'de str, Result<CachedRoute, FieldRoute>)> {
-        if let Some((expected, route)) = self.keys.get(position) {
+    fn read_key<'de>(&mut self, scanner: &mut Scanner<'de>) -> Option<(&'de str, Result<CachedRoute, FieldRoute>)> {
+        if let Some((expected, route)) = self.keys.get(self.cursor) {
             let route = *route;
             if let Some(key) = scanner.key_if(expected) {
+                self.cursor += 1;
                 return Some((key, Ok(route)));
             }
         }
         let key = scanner.key()?;
+        if let Some(&index) = self.positions.get(key.as_bytes()) {
+            self.cursor = index + 1;
+            return Some((key, Ok(self.keys[index].1)));
+        }
         let route = route_of(key);
         let Some(cached) = CachedRoute::of(&route) else {
             return Some((key, Err(route)));
         };
-        let entry = ([key.as_bytes(), b"\":"].concat().into_boxed_slice(), cached);
-        match position.cmp(&self.keys.len()) {
-            std::cmp::Ordering::Less => self.keys[position] = entry,
-            std::cmp::Ordering::Equal => self.keys.push(entry),
-            std::cmp::Ordering::Greater => {}
+        if self.keys.len() < MAX_SHAPE_KEYS {
+            self.positions.insert(key.as_bytes().into(), self.keys.len());
+            self.keys.push(([key.as_bytes(), b"\":"].concat().into_boxed_slice(), cached));
+            self.cursor = self.keys.len();
         }
         Some((key, Ok(cached)))
     }
@@ -279,7 +294,7 @@ fn scan_data_field<'de>(
         CachedRoute::Family { name, kind: FamilyKind::Patterns, interval } if scanner.at_array() => {
             // Nulls in the array carry no pattern; any other element is left to serde_json.
             scanner.strings(|pattern| {
-                pending.rows.patterns.push((interval, Cow::Borrowed(name), Some(Cow::Borrowed(pattern))));
+                pending.rows.patterns.push((interval, Cow::Borrowed(name), Some(pattern)));
             })?;
         }
         CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::F64 && scanner.at_number() => {
@@ -301,8 +316,9 @@ fn scan_listing<'de>(body: &'de [u8], pending: &mut PendingListing<'de>, shape: 
                     return None;
                 }
                 pending.field = Some(("", Cow::Borrowed(key)));
-                scanner.members(|scanner, position| {
-                    let (key, route) = shape.read_key(position, scanner)?;
+                shape.restart();
+                scanner.members(|scanner, _| {
+                    let (key, route) = shape.read_key(scanner)?;
                     scan_data_field(pending, route, key, scanner)
                 })?;
                 pending.saw_data = true;
@@ -526,6 +542,10 @@ mod tests {
             assert!(scan_listing(body, &mut pending, &mut KeyShape::default()).is_some());
             assert!(pending.rows.info.chains.is_some());
         }
+        // Escaped strings (a name with quotes, a description in \u escapes) stay on the fast path.
+        let escaped = br#"{"data":{"id":"x","name":"The \"X\" coin","categories":["Z\u00fcrich"]},"generalInfo":{"description":"\u2713 caf\u00e9 \ud83d\ude00","chains":[]}}"#;
+        let mut pending = PendingListing::new(ListingRows::default());
+        assert!(scan_listing(escaped, &mut pending, &mut KeyShape::default()).is_some());
     }
 
     const LISTING: &str = r#"{

@@ -63,6 +63,8 @@ fn json_value() -> impl Strategy<Value = String> {
         Just("1e999".to_string()),
         Just("123456789012345678901234567890".to_string()),
         Just("\"\\ud800\"".to_string()),
+        // \u escapes, surrogates (paired, lone and misordered) among them, beside non-ASCII text.
+        "(\\\\u(d[89abcdef]|[0-9a-f]{2})[0-9a-fA-F]{2}|[a-z\u{e9}\u{2713}]){0,5}".prop_map(|s| format!("\"{s}\"")),
     ];
     leaf.prop_recursive(4, 32, 6, |inner| {
         prop_oneof![
