@@ -422,6 +422,76 @@ def bench_year(tokens: int, days: int, folder: str) -> Dict[str, Any]:
     return result
 
 
+def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) -> Dict[str, Any]:
+    """panel and audit over a year: ``days`` days of rounds every ``step_minutes`` for ``tokens``
+    tokens (indicators and ta_updated, a day a commit), then one token's panel, the whole
+    panel counted, and the audit, each timed."""
+    from deltalake import write_deltalake
+
+    root = f"{folder}/research-{tokens}"
+    ids = token_ids(tokens)
+    bodies = round_bodies(ids, START)
+    tables, _ = tables_of(Round("x", 0, START, bodies, round_log(bodies), False))
+    indicators = to_disk(tables["indicators"]).drop("fetched_at", "date")
+    ta_updated = to_disk(tables["ta_updated"]).drop("fetched_at", "date", "updated_at")
+    step = dt.timedelta(minutes=step_minutes)
+    t0 = time.perf_counter()
+    for day in range(days):
+        begin = START + dt.timedelta(days=day)
+        stamps = pl.DataFrame(
+            {
+                "fetched_at": pl.datetime_range(
+                    begin, begin + dt.timedelta(days=1) - step, step, time_unit="ms", time_zone="UTC", eager=True
+                )
+            }
+        ).with_columns(pl.lit(begin.date()).alias("date"))
+        write_deltalake(
+            f"{root}/indicators", stamps.join(indicators, how="cross"), mode="append", partition_by=["date"]
+        )
+        # Each interval's last close: hourly polls see every 1h candle once, a 4h one four times.
+        closes = stamps.join(ta_updated, how="cross").with_columns(
+            pl.coalesce(
+                pl.when(pl.col("interval").cast(pl.String) == name).then(pl.col("fetched_at").dt.truncate(every))
+                for name, every in (
+                    ("5m", "5m"),
+                    ("15m", "15m"),
+                    ("1h", "1h"),
+                    ("4h", "4h"),
+                    ("24h", "1d"),
+                    ("1w", "1w"),
+                )
+            ).alias("updated_at")
+        )
+        write_deltalake(f"{root}/ta_updated", closes, mode="append", partition_by=["date"])
+    writing = time.perf_counter() - t0
+    rows = defilens.scan(root, "indicators").select(pl.len()).collect().item()
+    t1 = time.perf_counter()
+    one = defilens.panel(root).filter(pl.col("token") == ids[0], pl.col("indicator") == "rsi14").collect()
+    one_token = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    whole = defilens.panel(root).select(pl.len()).collect().item()
+    whole_panel = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    report = defilens.audit(root)
+    audit_time = time.perf_counter() - t3
+    result = {
+        "tokens": tokens,
+        "days": days,
+        "step minutes": step_minutes,
+        "indicator rows": rows,
+        "writing": writing,
+        "panel one token": one_token,
+        "panel rows (one token, rsi14)": one.height,
+        "panel whole": whole_panel,
+        "panel rows": whole,
+        "audit": audit_time,
+        "audit pairs": report.coverage.height,
+        "load": load(),
+    }
+    print(f"research {tokens} tokens: {result}", flush=True)
+    return result
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -483,6 +553,14 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
             f"{r['zorder']:.1f} s (peak {r['zorder rss']:.0f} MiB, budget 1 GB); one token's RSI(14) 1h over the day {r['query before'] * 1000:.0f} "
             f"ms as collected, {r['query compacted'] * 1000:.0f} ms compacted, {r['query sorted'] * 1000:.0f} ms sorted. Load {r['load']}."
         )
+    if "research" in results:
+        r = results["research"]
+        sections.append(
+            f"panel and audit over {r['days']} days of rounds every {r['step minutes']} minutes for {r['tokens']} tokens "
+            f"({r['indicator rows']:,} indicator rows): one token's RSI(14) panel {r['panel one token']:.2f} s "
+            f"({r['panel rows (one token, rsi14)']:,} rows), the whole panel counted {r['panel whole']:.1f} s "
+            f"({r['panel rows']:,} rows), the audit {r['audit']:.1f} s ({r['audit pairs']} token-interval pairs). Load {r['load']}."
+        )
     if "year" in results:
         r = results["year"]
         sections.append(
@@ -509,7 +587,7 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["commit", "log", "day", "year", "all"])
+    parser.add_argument("part", choices=["commit", "log", "day", "year", "research", "all"])
     parser.add_argument(
         "--tokens", type=int, default=None, help="tokens for day/year (default 2,000 for day, 200 for year)"
     )
@@ -533,6 +611,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             results["day"] = bench_day(args.tokens or 2000, ROUNDS_A_DAY, folder)
         if args.part in ("year", "all"):
             results["year"] = bench_year(args.tokens or 200, args.days, folder)
+        if args.part in ("research", "all"):
+            results["research"] = bench_research(args.tokens or 200, args.days, folder)
     finally:
         if args.folder is None:
             shutil.rmtree(folder, ignore_errors=True)

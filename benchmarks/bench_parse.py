@@ -1,6 +1,7 @@
 """Parsing: defilens.parse_tokens against orjson alone and two Python implementations.
 
     python benchmarks/bench_parse.py [--quick] [--sizes 2000 20000] [--runs 5] [--json PATH]
+    python benchmarks/bench_parse.py --shapes [--bodies 10000]   # needs: pip install pysimdjson
 
 The bodies are the Sandbox's realistic listings (~6 KB, every field family). Before timing,
 each Python implementation's frames are checked equal to defilens' (all six listing frames),
@@ -12,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-from typing import Callable, Dict, List, Tuple
+import json
+import os
+import random
+import time
+from typing import Any, Callable, Dict, List, Tuple
 
 import orjson
 
@@ -138,13 +143,144 @@ def report(results: Dict[int, Tuple[float, Dict[str, float]]], runs: int) -> Dic
     return {"title": "Parsing", "body": body, "targets": targets, "results": {str(k): v for k, v in results.items()}}
 
 
+# --------------------------------------------------------------------------- shapes
+
+
+def _reshaped(body: bytes, shape: str, rng: random.Random) -> bytes:
+    """The same listing written another way: what a service may send without changing a value."""
+    document = json.loads(body)
+    data = document["data"]
+    if shape == "spaces after , and :":
+        return json.dumps(document, separators=(", ", ": ")).encode()
+    if shape == "pretty-printed (indent 2)":
+        return json.dumps(document, indent=2).encode()
+    if shape == "keys in a different order in every body":
+        keys = list(data)
+        rng.shuffle(keys)
+        document["data"] = {key: data[key] for key in keys}
+    elif shape == "a third of the fields missing":
+        document["data"] = {key: value for key, value in data.items() if key == "id" or rng.random() >= 1 / 3}
+    elif shape == 'strings with \\u escapes and \\"':
+        data["name"] = f'{data["name"]} "Zürich" ✓'
+        document["generalInfo"]["description"] = document["generalInfo"]["description"] + ' "münze" \u2013 ünïcödé'
+        return json.dumps(document, separators=(",", ":"), ensure_ascii=True).encode()
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+SHAPES = [
+    "compact",
+    "spaces after , and :",
+    "pretty-printed (indent 2)",
+    "keys in a different order in every body",
+    "a third of the fields missing",
+    'strings with \\u escapes and \\"',
+]
+
+
+def shape_bodies(n: int) -> Dict[str, List[bytes]]:
+    rng = random.Random(7)
+    served = make_bodies(n)
+    return {shape: [_reshaped(body, shape, rng) for body in served] for shape in SHAPES}
+
+
+def _parse_only(parser: Any, texts: List[bytes]) -> None:
+    # One document alive at a time: simdjson's parser reuses its buffers for the next one.
+    for text in texts:
+        parser.parse(text)
+
+
+def _on_cores(cores: int, function: Callable[[], object], runs: int) -> float:
+    """Best of ``runs`` with the process pinned to its first ``cores`` cores."""
+    usable = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, usable[:cores])
+    try:
+        function()
+        return best_of(function, runs)
+    finally:
+        os.sched_setaffinity(0, usable)
+
+
+def measure_shapes(n: int, runs: int) -> Dict[str, Any]:
+    """parse_tokens on one core and on two, and simdjson's parse-only on one, for each shape."""
+    try:
+        import simdjson
+    except ImportError as error:
+        raise SystemExit("the shapes table needs simdjson's Python binding: pip install pysimdjson") from error
+    reference = simdjson.Parser()
+    bodies = shape_bodies(n)
+    compact = defilens.parse_tokens(bodies["compact"])
+    results: Dict[str, Any] = {}
+    for shape, texts in bodies.items():
+        frames = defilens.parse_tokens(texts)
+        if shape != "a third of the fields missing":
+            # Every other shape holds the same values: the frames must not change with the shape.
+            for name in ("indicators", "signals", "patterns", "ta_updated"):
+                # Rows follow the body's key order; compare them in one order.
+                ours, expected = getattr(frames, name), getattr(compact, name)
+                if not ours.sort(ours.columns).equals(expected.sort(expected.columns)):
+                    raise SystemExit(f"{shape}: the {name} frame differs from the compact bodies'")
+        megabytes = sum(map(len, texts)) / 1e6
+        one = _on_cores(1, lambda texts=texts: defilens.parse_tokens(texts), runs)
+        two = (
+            _on_cores(2, lambda texts=texts: defilens.parse_tokens(texts), runs)
+            if len(os.sched_getaffinity(0)) > 1
+            else None
+        )
+        parse_only = _on_cores(1, lambda texts=texts: _parse_only(reference, texts), runs)
+        results[shape] = {"MB": megabytes, "one core": one, "two cores": two, "simdjson": parse_only}
+        print(f"{shape}: {megabytes / one:,.0f} MB/s on one core, simdjson {megabytes / parse_only:,.0f}", flush=True)
+    return results
+
+
+def report_shapes(results: Dict[str, Any], n: int, runs: int) -> Dict[str, object]:
+    rows, targets = [], []
+    for shape, r in results.items():
+        mb = r["MB"]
+        share = r["simdjson"] / r["one core"]
+        scaling = r["one core"] / r["two cores"] if r["two cores"] else None
+        rows.append(
+            [
+                shape,
+                f"{mb:.1f}",
+                f"{mb / r['one core']:,.0f}",
+                f"{mb / r['simdjson']:,.0f}",
+                f"{share:.2f}",
+                f"{scaling:.2f}x" if scaling else "-",
+            ]
+        )
+        goal = 0.6 if shape == "compact" else 0.5
+        targets.append(target(f"{shape}: share of simdjson, one core", f"{share:.2f}", f">= {goal}", share >= goal))
+        if scaling:
+            targets.append(target(f"{shape}: two cores vs one", f"{scaling:.2f}x", ">= 1.8x", scaling >= 1.8))
+    body = (
+        f"{n:,} listing bodies per shape (the Sandbox's, rewritten), best of {runs} runs, the process pinned "
+        "to one core (and to two for the last column). simdjson: pysimdjson's `Parser.parse` of the same bytes, "
+        "parse only, no frames: the physical limit. Every shape but the one with missing fields gives frames "
+        "equal to the compact bodies' (checked before timing).\n\n"
+        + table(
+            ["shape", "MB", "parse_tokens MB/s", "simdjson MB/s", "share of simdjson", "2 cores vs 1"],
+            rows,
+            "lrrrrr",
+        )
+    )
+    return {"title": "Parsing: every shape a body can take", "body": body, "targets": targets, "results": results}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2,000 bodies only, 2 runs")
     parser.add_argument("--sizes", type=int, nargs="+")
     parser.add_argument("--runs", type=int)
     parser.add_argument("--json", help="also write the figures to this file (for run_all.py)")
+    parser.add_argument("--shapes", action="store_true", help="the shapes table against simdjson instead")
+    parser.add_argument("--bodies", type=int, default=10_000, help="bodies per shape (with --shapes)")
     args = parser.parse_args()
+    if args.shapes:
+        runs = args.runs or 5
+        started = time.perf_counter()
+        emit(report_shapes(measure_shapes(args.bodies, runs), args.bodies, runs), args.json)
+        print(f"({time.perf_counter() - started:.0f} s)")
+        return
     sizes = args.sizes or ([2000] if args.quick else [2000, 20000])
     runs = args.runs or (2 if args.quick else 5)
     check_same_frames(make_bodies(min(sizes[0], 2000)))
