@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -252,3 +253,21 @@ def test_cli_exit_codes_for_partial_failure_and_a_sandbox_with_a_url(capsys: pyt
     assert main(["fetch", "bitcoin", "--sandbox", "--base-url", "https://example.invalid"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("defilens: error: --sandbox runs against the built-in Sandbox; drop --base-url")
+
+
+def test_a_ctrl_c_taken_by_another_thread_ends_a_wait_at_once() -> None:
+    """The kernel may hand a Ctrl-C to any of the process's threads; Python's handler then only
+    sets a flag, which a main thread inside one long sleep would not see for minutes."""
+    from defilens import _waiting
+
+    def interrupt_from_this_thread() -> None:
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt_from_this_thread)
+    started = time.monotonic()
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        _waiting.sleep(30)
+    helper.join()
+    assert time.monotonic() - started < 5

@@ -13,6 +13,7 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import polars as pl
 
+from . import _waiting
 from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
 from ._duration import parse_every
 from ._exceptions import DefiLensError
@@ -578,7 +579,7 @@ def _sandbox(args: argparse.Namespace) -> int:
                 clock += f" running {args.speed:g}x; " if args.speed else " standing still; "
             print(f"serving the DeFi Lens sandbox at {sandbox.url} ({clock}Ctrl-C to stop)", flush=True)
             while True:
-                time.sleep(3600)
+                _waiting.sleep(3600)
         except KeyboardInterrupt:
             print(f"stopped after {sandbox.requests} requests", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
 
+from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from ._layout import check_writable_layout
@@ -136,7 +137,7 @@ def collect(
         due = origin + tick * interval
         delay = due - time.monotonic()
         if delay > 0:
-            time.sleep(delay)
+            _waiting.sleep(delay)
         started = dt.datetime.now(dt.timezone.utc)
         with warnings.catch_warnings():
             # A round in which everything failed is handled below, not warned about each time.

@@ -10,12 +10,12 @@ table is read, so `scan` gives the frames' own dtypes back.
 from __future__ import annotations
 
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 import polars as pl
 
+from .. import _waiting
 from .._core import FRAME_NAMES, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, INTERVAL
@@ -162,7 +162,7 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
                 f"could not commit to {uri!r}: {one_line(error)} (the table stays at its last version; the round "
                 "waits in the spool and the next collect commits it)"
             ) from None
-        time.sleep(delay * (0.5 + random.random()))
+        _waiting.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, COMMIT_BACKOFF[1])
     raise HistoryError(
         f"could not commit to {uri!r} after {COMMIT_ATTEMPTS} tries: {one_line(last_error or RuntimeError())} (the "
