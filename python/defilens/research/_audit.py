@@ -11,7 +11,7 @@ import polars as pl
 
 from ..history import scan
 from ..history._root import PathLike
-from ._panel import KEYS, per_candle, seen
+from ._panel import KEYS, per_candle
 
 #: How long each candle interval is (the Enum's order).
 INTERVAL_LENGTH = {
@@ -116,7 +116,7 @@ def audit(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
         scan(source, "ta_updated", storage_options=storage_options)
         .select("token", "interval", "fetched_at", "updated_at")
         .filter(pl.col("updated_at").is_not_null())
-        .collect()  # read once, then coverage, gaps and stale are each a pass over memory
+        .collect()  # read once, then coverage, gaps, stale and the repaint windows each a pass over memory
         .lazy()
     )
     distinct = closes.select("token", "interval", "updated_at").unique().with_columns(_step().alias("_step"))
@@ -172,20 +172,56 @@ def audit(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
         .sort("token", "interval", "fetched_at")
         .collect()
     )
-    return Audit(coverage, gaps, failures, stale, _repainted(source, storage_options))
+    return Audit(coverage, gaps, failures, stale, _repainted(source, storage_options, closes.collect()))
 
 
-def _repainted(source: PathLike, storage_options: Optional[Mapping[str, Any]]) -> pl.DataFrame:
-    """The panel's rows with more than one value, without building the whole panel: candles are
-    first grouped by a 64-bit hash of their key (several times faster than grouping by the four
-    columns), and only those whose group saw several values are folded exactly. A collision can
-    only add values to a group, so it never hides a repaint; the exact pass drops what it adds."""
-    rows = seen(source, storage_options).with_columns(pl.struct(*KEYS, "updated_at").hash().alias("_candle"))
-    suspects = (
-        rows.group_by("_candle")
-        .agg((pl.col("value").n_unique() > 1).alias("_moved"))
-        .filter(pl.col("_moved"))
-        .select("_candle")
+#: Candles are checked for repaints a week of closes at a time: a year of 5-minute rounds is
+#: about a billion indicator rows for 200 tokens, more than memory holds at once.
+REPAINT_WINDOW = "7d"
+
+
+def _repainted(source: PathLike, storage_options: Optional[Mapping[str, Any]], closes: pl.DataFrame) -> pl.DataFrame:
+    """The panel's rows with more than one value, without building the whole panel.
+
+    A window of candle closes at a time: every fetch that showed one of its candles lies between
+    the earliest and the latest ``fetched_at`` that ``ta_updated`` gives for them, so each window
+    reads only those days of ``indicators`` and no candle is split between windows. Within a
+    window, candles are first grouped by a 64-bit hash of their key (several times faster than
+    grouping by the four columns), and only those whose group saw several values are folded
+    exactly: a collision can only add values to a group, so it never hides a repaint, and the
+    exact pass drops what it adds."""
+    indicators = scan(source, "indicators", storage_options=storage_options).select(
+        "token", "interval", "indicator", "value", "fetched_at", "date"
     )
-    repainted = rows.join(suspects, on="_candle", how="semi").drop("_candle")
-    return per_candle(repainted).filter(pl.col("revisions") > 1).sort(*KEYS, "updated_at").collect()
+    windows = (
+        closes.group_by(pl.col("updated_at").dt.truncate(REPAINT_WINDOW).alias("_window"))
+        .agg(
+            pl.col("updated_at").min().alias("first_close"),
+            pl.col("updated_at").max().alias("last_close"),
+            pl.col("fetched_at").min().alias("first_fetch"),
+            pl.col("fetched_at").max().alias("last_fetch"),
+        )
+        .sort("_window")
+    )
+    found = [per_candle(indicators.drop("date").join(closes.lazy(), on=["token", "interval", "fetched_at"])).clear()]
+    for first_close, last_close, first_fetch, last_fetch in windows.drop("_window").iter_rows():
+        window_closes = closes.lazy().filter(pl.col("updated_at").is_between(first_close, last_close))
+        rows = (
+            indicators.filter(
+                # A round's date is the day it began: a fetch just after midnight may carry the day before.
+                pl.col("date").is_between(first_fetch.date() - dt.timedelta(days=1), last_fetch.date()),
+                pl.col("fetched_at").is_between(first_fetch, last_fetch),
+            )
+            .drop("date")
+            .join(window_closes, on=["token", "interval", "fetched_at"], how="inner")
+            .with_columns(pl.struct(*KEYS, "updated_at").hash().alias("_candle"))
+        )
+        suspects = (
+            rows.group_by("_candle")
+            .agg((pl.col("value").n_unique() > 1).alias("_moved"))
+            .filter(pl.col("_moved"))
+            .select("_candle")
+        )
+        repainted = rows.join(suspects, on="_candle", how="semi").drop("_candle")
+        found.append(per_candle(repainted).filter(pl.col("revisions") > 1))
+    return pl.concat([part.collect() for part in found]).sort(*KEYS, "updated_at")
