@@ -472,6 +472,10 @@ def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) 
     report = defilens.audit(root)
     audit_time = time.perf_counter() - t3
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"research: written in {writing:.0f} s, one token's panel {one_token:.2f} s, audit {audit_time:.1f} s (peak {peak:,.0f} MiB)",
+        flush=True,
+    )
     t2 = time.perf_counter()
     # Counting every candle of a year is a whole-table aggregate: the streaming engine's job.
     whole = defilens.panel(root).select(pl.len()).collect(engine="streaming").item()

@@ -203,7 +203,11 @@ def _repainted(source: PathLike, storage_options: Optional[Mapping[str, Any]], c
         )
         .sort("_window")
     )
-    found = [per_candle(indicators.drop("date").join(closes.lazy(), on=["token", "interval", "fetched_at"])).clear()]
+    # Typed and empty without reading anything (a lazy `clear()` is a `limit(0)` of the whole join).
+    schema = per_candle(
+        indicators.drop("date").join(closes.lazy(), on=["token", "interval", "fetched_at"])
+    ).collect_schema()
+    found = [pl.LazyFrame(schema=schema)]
     for first_close, last_close, first_fetch, last_fetch in windows.drop("_window").iter_rows():
         window_closes = closes.lazy().filter(pl.col("updated_at").is_between(first_close, last_close))
         rows = (
