@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, List
 
 import polars as pl
 import pytest
@@ -20,6 +21,13 @@ from defilens._cli import main
 from defilens.testing import Sandbox
 
 CLI = [sys.executable, "-m", "defilens"]
+
+
+def _interruptible(command: List[str], **options: Any) -> "subprocess.Popen[str]":
+    """A CLI process that a SIGINT reaches: a test run started in the background by a shell
+    without job control inherits SIGINT ignored, and a Python started so never raises
+    KeyboardInterrupt."""
+    return subprocess.Popen(command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **options)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +192,7 @@ def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert defilens.scan(out, "snapshot").collect().height == 6
-    proc = subprocess.Popen(
+    proc = _interruptible(
         CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.2s", "--out", str(tmp_path / "live")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -206,7 +214,7 @@ def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
 
 
 def test_cli_sandbox_serves(tmp_path: Path) -> None:
-    proc = subprocess.Popen(CLI + ["sandbox", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _interruptible(CLI + ["sandbox", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         url = line.split(" at ")[1].split()[0]
@@ -221,7 +229,7 @@ def test_cli_sandbox_serves(tmp_path: Path) -> None:
 
 def test_cli_sandbox_simulated_clock() -> None:
     command = CLI + ["sandbox", "--port", "0", "--seed", "3", "--now", "2026-02-03T04:05:06Z"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _interruptible(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert "market time 2026-02-03 04:05:06 UTC standing still" in line
@@ -264,10 +272,15 @@ def test_a_ctrl_c_taken_by_another_thread_ends_a_wait_at_once() -> None:
         time.sleep(0.2)
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
-    helper = threading.Thread(target=interrupt_from_this_thread)
-    started = time.monotonic()
-    helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        _waiting.sleep(30)
-    helper.join()
-    assert time.monotonic() - started < 5
+    # As in an interactive session: a test run started in the background may have SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        helper = threading.Thread(target=interrupt_from_this_thread)
+        started = time.monotonic()
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            _waiting.sleep(30)
+        helper.join()
+        assert time.monotonic() - started < 5
+    finally:
+        signal.signal(signal.SIGINT, previous)
