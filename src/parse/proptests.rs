@@ -18,6 +18,43 @@ fn sandbox_bodies_read_the_same_as_with_serde_json() {
     }
 }
 
+#[cfg(feature = "sandbox")]
+#[test]
+fn sandbox_markets_bodies_read_the_same_as_with_serde_json() {
+    for (seed, now) in [(1, 1_795_392_000_000), (7, 1_772_368_500_000)] {
+        for token in ["bitcoin", "tether", "token-1", "token-2"] {
+            let body = crate::sandbox::body(seed, crate::model::Endpoint::Markets, token, now);
+            assert_markets_same_as_serde(body.as_bytes()).unwrap();
+        }
+    }
+}
+
+/// `assert_same_as_serde` for markets bodies.
+fn assert_markets_same_as_serde(body: &[u8]) -> Result<(), TestCaseError> {
+    let mut fast = MarketsBuilder::new(1);
+    let mut serde = MarketsBuilder::new(1);
+    let input = MarketsBody { body, token: "fuzz", fetched_at: Some(7) };
+    match (fast.append(&input), serde.append_with_serde_only(&input)) {
+        (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => prop_assert!(false, "fast {:?} but serde_json {:?}", a, b),
+    }
+    let (fast, serde) = (fast.finish(), serde.finish());
+    for (a, b) in [(&fast.markets, &serde.markets), (&fast.drift, &serde.drift)] {
+        prop_assert!(a.equals_missing(b), "differs:\n{}\n{}", a, b);
+        for (column_a, column_b) in a.columns().iter().zip(b.columns()) {
+            if let (Ok(x), Ok(y)) = (column_a.f64(), column_b.f64()) {
+                let bits =
+                    |c: &polars::prelude::Float64Chunked| c.iter().map(|v| v.map(f64::to_bits)).collect::<Vec<_>>();
+                prop_assert_eq!(bits(x), bits(y), "{}", column_a.name());
+            }
+        }
+    }
+    Ok(())
+}
+
+const MARKET_KEYS: &[&str] = &["id", "marketPair", "price", "liquidity_score", "volumeUsd", "unknown", "total"];
+
 fn sample_listing() -> String {
     String::from_utf8(crate::model::samples::LISTING.to_vec()).expect("the sample is UTF-8")
 }
@@ -151,8 +188,27 @@ proptest! {
         let parsed = parse_one(&bytes).is_ok();
         assert_same_as_serde(&bytes)?;
         prop_assert!(!parsed || bytes.contains(&b'{'), "bytes without an object parsed");
-        let mut builder = MarketsBuilder::new(1);
-        let _ = builder.append(&MarketsBody { body: &bytes, token: "fuzz", fetched_at: None });
+        assert_markets_same_as_serde(&bytes)?;
+    }
+
+    #[test]
+    fn any_value_in_any_market_field(key in prop::sample::select(MARKET_KEYS), value in json_value(),
+                                     other in json_value(), spaced in any::<bool>()) {
+        let entry = if spaced { format!("{{ \"id\" : \"1\", \"{key}\" : {value} }}") } else { format!("{{\"id\":\"1\",\"{key}\":{value}}}") };
+        let body = format!("{{\"data\": [{entry}, {other}, {entry}], \"total\": {value}}}");
+        assert_markets_same_as_serde(body.as_bytes())?;
+        let whole = format!("{{\"total\": 3, \"data\": {value}}}");
+        assert_markets_same_as_serde(whole.as_bytes())?;
+    }
+
+    #[test]
+    fn mutated_real_markets_bodies(flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..12)) {
+        let mut body = br#"{"data":[{"id":"1","exchangeName":"Binance","marketPair":"BTC/USDT","price":64000.1,"volumeUsd":1e9,"liquidity_score":950},{"id":"2","exchangeName":"Kraken","marketPair":"XBT/EUR","price":"64001"}],"total":2}"#.to_vec();
+        for (index, byte) in &flips {
+            let at = index.index(body.len());
+            body[at] = *byte;
+        }
+        assert_markets_same_as_serde(&body)?;
     }
 
     #[test]
