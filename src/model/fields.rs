@@ -92,72 +92,11 @@ pub const SNAPSHOT_FIELDS: &[(&str, ScalarType)] = &[
     ("short_liquidation_24h", F64),
 ];
 
+/// The column of a snapshot field, by its place in `SNAPSHOT_FIELDS`. A scan: bodies' keys are
+/// classified through `CATALOGUE_KEYS` (a hash map built once) and the fast path's remembered
+/// routes, so this runs only while the catalogue is built and for keys outside it.
 pub fn snapshot_field_index(key: &str) -> Option<usize> {
-    // A `match` compiles to a dispatch on length and bytes: this runs for every key of every
-    // body, so it must not be a scan. `snapshot_field_index_matches_the_table` keeps the
-    // numbers in step with SNAPSHOT_FIELDS.
-    Some(match key {
-        "id" => 0,
-        "symbol_id" => 1,
-        "name" => 2,
-        "symbol" => 3,
-        "image" => 4,
-        "categories" => 5,
-        "tags" => 6,
-        "exchanges" => 7,
-        "is_active" => 8,
-        "infinite_supply" => 9,
-        "last_updated" => 10,
-        "updated_at" => 11,
-        "ohlc_updated_time" => 12,
-        "current_price" => 13,
-        "circulating_supply" => 14,
-        "total_supply" => 15,
-        "max_supply" => 16,
-        "fully_diluted_valuation" => 17,
-        "market_cap" => 18,
-        "market_cap_rank" => 19,
-        "market_cap_dominance" => 20,
-        "total_volume" => 21,
-        "ath" => 22,
-        "atl" => 23,
-        "apy" => 24,
-        "tvl" => 25,
-        "day_volatility" => 26,
-        "github_commit" => 27,
-        "number_of_holders" => 28,
-        "holders_change_percentage_24h" => 29,
-        "market_cap_change_percentage_24h" => 30,
-        "market_cap_change_percentage_1w" => 31,
-        "market_cap_percentage_change_7d" => 32,
-        "price_change_percentage_24h" => 33,
-        "price_percent_change_1h" => 34,
-        "price_percent_change_24h" => 35,
-        "price_percent_change_7d" => 36,
-        "price_percent_change_30d" => 37,
-        "price_percent_change_60d" => 38,
-        "price_percent_change_90d" => 39,
-        "price_percent_change_1w" => 40,
-        "volume_change_24h" => 41,
-        "volume_change_1w" => 42,
-        "volume_percentage_change_7d" => 43,
-        "supply_percentage_change_24h" => 44,
-        "open_interest" => 45,
-        "open_interest_change_1h" => 46,
-        "open_interest_change_4h" => 47,
-        "open_interest_change_24h" => 48,
-        "funding_rate" => 49,
-        "long_short_ratio_1h" => 50,
-        "long_short_ratio_4h" => 51,
-        "long_short_ratio_24h" => 52,
-        "long_liquidation_1h" => 53,
-        "long_liquidation_4h" => 54,
-        "long_liquidation_24h" => 55,
-        "short_liquidation_1h" => 56,
-        "short_liquidation_4h" => 57,
-        "short_liquidation_24h" => 58,
-        _ => return None,
-    })
+    SNAPSHOT_FIELDS.iter().position(|(name, _)| *name == key)
 }
 
 /// What a known interval-suffixed family carries. Routing is by the JSON type of the value
