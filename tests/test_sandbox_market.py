@@ -16,18 +16,12 @@ import pytest
 import talib
 
 import defilens
+from defilens._core import INTERVAL_MS
 from defilens.testing import Sandbox
 
 NOW = "2026-03-14T15:07:00Z"
 TA_INTERVALS = ["5m", "15m", "1h", "24h", "1w"]
-INTERVAL_LENGTH = {
-    "5m": dt.timedelta(minutes=5),
-    "15m": dt.timedelta(minutes=15),
-    "1h": dt.timedelta(hours=1),
-    "4h": dt.timedelta(hours=4),
-    "24h": dt.timedelta(days=1),
-    "1w": dt.timedelta(weeks=1),
-}
+INTERVAL_LENGTH = {name: dt.timedelta(milliseconds=ms) for name, ms in INTERVAL_MS.items()}
 TOKENS = ["bitcoin", "ethereum", "dogecoin", "tether", "some-small-cap", "another-token"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import math
 import os
 import sys
@@ -151,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
             "collectors write, and safe to interrupt."
         ),
     )
-    comp.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    history_folder(comp)
     comp.add_argument(
         "--retention",
         default="7d",
@@ -172,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
             "interval misses more than N candles (for cron jobs and CI)."
         ),
     )
-    aud.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    history_folder(aud)
     aud.add_argument("--max-missing", type=int, metavar="N", help="exit 1 when a token and interval misses more than N")
     storage_option(aud)
 
@@ -184,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
             "tables collect writes now, in place. Safe to rerun; an interrupted conversion resumes."
         ),
     )
-    conv.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
+    history_folder(conv)
     storage_option(conv)
 
     sb = sub.add_parser(
@@ -225,6 +226,10 @@ def _parser() -> argparse.ArgumentParser:
     for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
         sb.add_argument(f"--{fault}", type=float, default=0.0)
     return parser
+
+
+def history_folder(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="DIR", help="the history: a folder, or s3://bucket/prefix")
 
 
 def storage_option(p: argparse.ArgumentParser) -> None:
@@ -469,8 +474,6 @@ def _collect(args: argparse.Namespace) -> int:
         rounds_done = round_number
         if args.audit:
             # Each time a day (UTC) closes, the summary of the history so far.
-            import datetime as dt
-
             today = dt.datetime.now(dt.timezone.utc).date()
             if last_day[0] is not None and today != last_day[0]:
                 print(f"-- audit as {last_day[0]} closed --\n{audit(args.out, storage_options=options)}", flush=True)

@@ -11,6 +11,7 @@ __all__ = [
     "DEFAULTS",
     "FRAME_NAMES",
     "INTERVALS",
+    "INTERVAL_MS",
     "FAMILY_INTERVALS",
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
@@ -51,6 +52,8 @@ FRAME_NAMES: List[str]
 #: service's reference gives it). Which intervals exist for which family.
 FAMILY_INTERVALS: List[Tuple[str, str, List[str]]]
 INTERVALS: List[str]
+#: How long a candle of each interval is, in milliseconds.
+INTERVAL_MS: Dict[str, int]
 #: Longer token ids are refused before any request.
 MAX_TOKEN_ID_CHARS: int
 

@@ -8,6 +8,8 @@ pub mod interval;
 pub mod timestamp;
 pub mod value;
 
+#[cfg_attr(not(any(feature = "python", feature = "sandbox")), allow(unused_imports))]
+pub use interval::INTERVAL_MS;
 pub use interval::{Interval, INTERVALS};
 
 /// The header that carries the API key on every request.

@@ -11,11 +11,11 @@ mod sandbox;
 mod ta;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{IntoPyDict, PyDict};
 
 use crate::client::config;
 use crate::frames::FRAME_NAMES;
-use crate::model::INTERVALS;
+use crate::model::{INTERVALS, INTERVAL_MS};
 
 /// The client's defaults, for `Client`, `AsyncClient`, the command line and the stubs.
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -43,6 +43,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DEFAULTS", defaults(m.py())?)?;
     m.add("INTERVALS", INTERVALS.to_vec())?;
+    let lengths: Vec<(&str, i64)> = INTERVALS.into_iter().zip(INTERVAL_MS).collect();
+    m.add("INTERVAL_MS", lengths.into_py_dict(m.py())?)?;
     m.add("FRAME_NAMES", FRAME_NAMES.to_vec())?;
     let families: Vec<(&str, &str, Vec<&str>)> = crate::model::fields::family_intervals()
         .into_iter()

@@ -9,30 +9,15 @@ from typing import Any, Mapping, Optional
 
 import polars as pl
 
+from .._core import INTERVAL_MS
 from ..history import scan
 from ..history._root import PathLike
 from ._panel import KEYS, per_candle
 
-#: How long each candle interval is (the Enum's order).
-INTERVAL_LENGTH = {
-    "5m": dt.timedelta(minutes=5),
-    "15m": dt.timedelta(minutes=15),
-    "1h": dt.timedelta(hours=1),
-    "4h": dt.timedelta(hours=4),
-    "24h": dt.timedelta(days=1),
-    "1w": dt.timedelta(weeks=1),
-}
-
 
 def _step() -> pl.Expr:
-    return (
-        pl.col("interval")
-        .cast(pl.String)
-        .replace_strict(
-            {name: int(length.total_seconds() * 1000) for name, length in INTERVAL_LENGTH.items()},
-            return_dtype=pl.Int64,
-        )
-    )
+    """Each row's candle length in milliseconds."""
+    return pl.col("interval").cast(pl.String).replace_strict(INTERVAL_MS, return_dtype=pl.Int64)
 
 
 @dataclass(frozen=True)

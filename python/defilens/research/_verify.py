@@ -8,8 +8,8 @@ from typing import Dict, Optional, Tuple
 import polars as pl
 
 from .. import _core
+from .._core import INTERVAL_MS
 from .._frames import INTERVAL
-from ._audit import INTERVAL_LENGTH
 
 #: indicator name -> (what to compute, its period, which band).
 _RECIPES = {
@@ -41,13 +41,12 @@ def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
     if candles["close"].null_count():
         raise ValueError("candles has null closes: an indicator needs every close")
     candles = candles.with_columns(pl.col("interval").cast(pl.String)).sort("token", "interval", "open_time")
-    steps = {name: int(length.total_seconds() * 1000) for name, length in INTERVAL_LENGTH.items()}
-    unknown = set(candles["interval"].unique().to_list()) - set(steps)
+    unknown = set(candles["interval"].unique().to_list()) - set(INTERVAL_MS)
     if unknown:
-        raise ValueError(f"candles has intervals {sorted(unknown)}; known are {list(steps)}")
+        raise ValueError(f"candles has intervals {sorted(unknown)}; known are {list(INTERVAL_MS)}")
     gaps = candles.with_columns(
         pl.col("open_time").diff().over("token", "interval").dt.total_milliseconds().alias("_step"),
-        pl.col("interval").replace_strict(steps, return_dtype=pl.Int64).alias("_expected"),
+        pl.col("interval").replace_strict(INTERVAL_MS, return_dtype=pl.Int64).alias("_expected"),
     ).filter(pl.col("_step").is_not_null() & (pl.col("_step") != pl.col("_expected")))
     if gaps.height:
         token, interval, at = gaps.select("token", "interval", "open_time").row(0)

@@ -20,6 +20,7 @@
 //! Above 64 weeks the trading time is split evenly, so a calendar year is about a trading year.
 
 use super::super::data::{splitmix, stable_hash};
+use crate::model::INTERVAL_MS;
 
 /// A point of the path at a candle boundary.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,8 +33,17 @@ pub struct Point {
 
 /// Week 0 starts on Monday 1969-12-29T00:00:00Z.
 pub const WEEK0_MS: i64 = -3 * 86_400_000;
-/// Candle length at each level of the tree: week, day, 4 hours, hour, 15 minutes, 5 minutes.
-pub const LEVEL_MS: [i64; 6] = [604_800_000, 86_400_000, 14_400_000, 3_600_000, 900_000, 300_000];
+/// Candle length at each level of the tree: week, day, 4 hours, hour, 15 minutes, 5 minutes (the
+/// model's intervals, longest first).
+pub const LEVEL_MS: [i64; 6] = {
+    let mut levels = [0; 6];
+    let mut level = 0;
+    while level < levels.len() {
+        levels[level] = INTERVAL_MS[INTERVAL_MS.len() - 1 - level];
+        level += 1;
+    }
+    levels
+};
 /// The finest level (5 minutes).
 pub const FINEST: usize = LEVEL_MS.len() - 1;
 /// Children of a node at each level above the finest.
