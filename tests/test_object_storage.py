@@ -118,6 +118,12 @@ def test_collect_scan_compact_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> 
     rebuilt = defilens.reparse(root, storage_options=s3)
     assert rebuilt.indicators.height == after.height
     assert pl.scan_delta(f"{root}/snapshot", storage_options=s3).collect().height == 8
+    # The audit keeps its day summaries in the bucket, and the next audit reads them.
+    report = defilens.audit(root, storage_options=s3)
+    assert any(key.startswith("history/_audit/days/_delta_log/") for key in _keys(bucket, s3))
+    again = defilens.audit(root, storage_options=s3)
+    assert again.coverage.equals(report.coverage) and again.coverage.height
+    assert again.coverage.equals(defilens.audit(root, storage_options=s3, cache=False).coverage)
 
 
 def test_two_collectors_on_s3_at_once_lose_nothing(bucket: str, s3: Dict[str, str]) -> None:

@@ -114,6 +114,8 @@ def test_audit_cli_exit_codes(history: Path) -> None:
         CLI + ["audit", str(history), "--max-missing", str(worst - 1)], capture_output=True, text=True
     )
     assert failed.returncode == 1 and "more than --max-missing" in failed.stderr
+    uncached = subprocess.run(CLI + ["audit", str(history), "--no-cache"], capture_output=True, text=True)
+    assert uncached.returncode == 0 and uncached.stdout == ok.stdout, uncached.stderr
 
 
 def test_repaints_made_by_the_sandbox_are_found_by_panel_and_audit(tmp_path: Path) -> None:

@@ -175,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     history_folder(aud)
     aud.add_argument("--max-missing", type=int, metavar="N", help="exit 1 when a token and interval misses more than N")
+    aud.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor keep the per-day summaries under DIR/_audit (each audit then reads the whole history)",
+    )
     storage_option(aud)
 
     conv = sub.add_parser(
@@ -527,7 +532,7 @@ def _compact(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if args.max_missing is not None and args.max_missing < 0:
         raise ValueError(f"--max-missing must be 0 or more, got {args.max_missing}")
-    report = audit(args.folder, storage_options=_storage_options(args))
+    report = audit(args.folder, storage_options=_storage_options(args), cache=not args.no_cache)
     print(report)
     if args.max_missing is not None and report.max_missing() > args.max_missing:
         worst = report.worst(1).row(0, named=True)

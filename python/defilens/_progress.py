@@ -28,9 +28,10 @@ def _interactive() -> bool:
 class _PlainBar:
     """A single self-overwriting line on stderr, redrawn at most ten times a second."""
 
-    def __init__(self, total: int, description: str) -> None:
+    def __init__(self, total: int, description: str, unit: str) -> None:
         self.total = total
         self.description = description
+        self.unit = unit
         self.started = time.monotonic()
         self.drawn_at = 0.0
 
@@ -40,7 +41,7 @@ class _PlainBar:
             return
         self.drawn_at = now
         rate = done / max(now - self.started, 1e-9)
-        sys.stderr.write(f"\r{self.description}: {done}/{total} requests ({rate:,.0f}/s)")
+        sys.stderr.write(f"\r{self.description}: {done}/{total} {self.unit} ({rate:,.0f}/s)")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -49,10 +50,10 @@ class _PlainBar:
 
 
 class _TqdmBar:
-    def __init__(self, total: int, description: str) -> None:
+    def __init__(self, total: int, description: str, unit: str) -> None:
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-        self.bar = tqdm(total=total, desc=description, unit="req", leave=False)
+        self.bar = tqdm(total=total, desc=description, unit=unit, leave=False)
 
     def update(self, done: int, total: int) -> None:
         if self.bar.total != total:
@@ -65,7 +66,7 @@ class _TqdmBar:
 
 @contextlib.contextmanager
 def progress_callback(
-    progress: Optional[bool], requests: int, description: str = "defilens"
+    progress: Optional[bool], requests: int, description: str = "defilens", unit: str = "requests"
 ) -> Iterator[Optional[ProgressCallback]]:
     """Yields a ``callback(done, total)`` drawing a bar, or None when no bar is wanted."""
     wanted = progress if progress is not None else (requests >= AUTO_THRESHOLD and _interactive())
@@ -73,9 +74,9 @@ def progress_callback(
         yield None
         return
     try:
-        bar = _TqdmBar(requests, description)
+        bar = _TqdmBar(requests, description, unit)
     except ImportError:
-        bar = _PlainBar(requests, description)  # type: ignore[assignment]
+        bar = _PlainBar(requests, description, unit)  # type: ignore[assignment]
     try:
         yield bar.update
     finally:

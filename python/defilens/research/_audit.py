@@ -3,21 +3,15 @@ repainted values, per token and interval, with a one-screen summary."""
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 import polars as pl
 
-from .._core import INTERVAL_MS
-from ..history import scan
-from ..history._root import PathLike
+from ..history._root import PathLike, Root
+from ..history._scan import open_for_reading, scan_table
+from ._day_summaries import day_summaries, step
 from ._panel import KEYS, per_candle
-
-
-def _step() -> pl.Expr:
-    """Each row's candle length in milliseconds."""
-    return pl.col("interval").cast(pl.String).replace_strict(INTERVAL_MS, return_dtype=pl.Int64)
 
 
 @dataclass(frozen=True)
@@ -93,40 +87,120 @@ class Audit:
         return f"<Audit {self.coverage.height} token-interval pairs, {self.gaps.height} gaps, max missing {self.max_missing()}>"
 
 
-def audit(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Audit:
+def audit(
+    source: PathLike,
+    *,
+    storage_options: Optional[Mapping[str, Any]] = None,
+    cache: bool = True,
+    progress: Optional[bool] = None,
+) -> Audit:
     """Audits the history at ``source``: coverage and gaps of the candle closes seen per token and
     interval (from ``ta_updated``), failed requests (from ``log``), stale fetches, and repainted
-    candles (from `panel`). An empty history gives empty frames."""
-    closes = (
-        scan(source, "ta_updated", storage_options=storage_options)
-        .select("token", "interval", "fetched_at", "updated_at")
-        .filter(pl.col("updated_at").is_not_null())
-        .collect()  # read once, then coverage, gaps, stale and the repaint windows each a pass over memory
-        .lazy()
+    candles (the rows of `panel` with more than one value). An empty history gives empty frames.
+
+    Each day of the history is summarized once and the summaries are kept under
+    ``source/_audit/`` (``cache=False``: neither read nor kept); a day is summarized again when
+    its files change (a late round, a compaction). So the first audit of a long history reads all
+    of it (a year of 5-minute rounds for 200 tokens: a few minutes) and the next ones only the
+    new days. ``progress`` shows a bar over the days to summarize (None: when there are many, in
+    a notebook or a terminal)."""
+    root = open_for_reading(source, storage_options)
+    summaries = day_summaries(root, cache=cache, progress=progress)
+    runs = summaries["runs"].lazy().with_columns(step().alias("_step"))
+    ordered = runs.sort("token", "interval", "first", "last").with_columns(
+        pl.col("last").cum_max().shift(1).over("token", "interval").alias("_before")
     )
-    distinct = closes.select("token", "interval", "updated_at").unique().with_columns(_step().alias("_step"))
+    # Runs of different days overlap by one shared close where a candle spans midnight (a 1w
+    # candle: every day of its week); the days then stitch exactly. A pair whose runs overlap by
+    # more (a late round, two collectors) is recomputed from its rows instead.
+    tangled = ordered.filter(pl.col("first") < pl.col("_before")).select("token", "interval").unique().collect()
+    plain = ordered.join(tangled.lazy(), on=["token", "interval"], how="anti")
     coverage = (
-        distinct.group_by("token", "interval")
+        plain.group_by("token", "interval")
         .agg(
-            pl.col("updated_at").min().alias("first"),
-            pl.col("updated_at").max().alias("last"),
-            pl.len().cast(pl.Int64).alias("seen"),
+            pl.col("first").min(),
+            pl.col("last").max(),
+            (pl.col("seen").sum() - (pl.col("first") == pl.col("_before")).sum()).cast(pl.Int64).alias("seen"),
             pl.col("_step").first(),
         )
-        .with_columns(
-            ((pl.col("last") - pl.col("first")).dt.total_milliseconds() // pl.col("_step") + 1)
-            .cast(pl.Int64)
-            .alias("expected")
-        )
-        .with_columns((pl.col("expected") - pl.col("seen")).alias("missing"))
-        .select("token", "interval", "expected", "seen", "missing")
-        .sort("token", "interval")
+        .with_columns(_expected())
         .collect()
     )
-    gaps = (
-        distinct.sort("token", "interval", "updated_at")
-        .with_columns(pl.col("updated_at").shift(1).over("token", "interval").alias("_previous"))
-        .with_columns(
+    gaps = plain.rename({"_before": "_previous", "first": "updated_at"}).filter(
+        (pl.col("updated_at") - pl.col("_previous")).dt.total_milliseconds() >= 2 * pl.col("_step")
+    )
+    shared = plain.filter(pl.col("first") == pl.col("_before")).select(
+        "token", "interval", pl.col("first").alias("updated_at")
+    )
+    candles = (
+        summaries["candles"]
+        .lazy()
+        .join(tangled.lazy(), on=["token", "interval"], how="anti")
+        .join(
+            shared.unique().with_columns(pl.lit(True).alias("_shared")),
+            on=["token", "interval", "updated_at"],
+            how="left",
+        )
+        .filter(pl.col("_shared").fill_null(False) | pl.col("values").is_not_null())
+        # A day that saw one value keeps no list of them: that one is its first.
+        .with_columns(pl.coalesce("values", pl.concat_list("value")).alias("values"))
+        .group_by(*KEYS, "updated_at")
+        .agg(
+            pl.col("first_seen_at").min(),
+            pl.col("value").get(pl.col("first_seen_at").arg_min()),
+            pl.col("last_value").get(pl.col("last_seen_at").arg_max()),
+            pl.col("values").explode().n_unique().cast(pl.Int64).alias("revisions"),
+        )
+        .filter(pl.col("revisions") > 1)
+        .with_columns((pl.col("first_seen_at") - pl.col("updated_at")).alias("lag"))
+        .select(*KEYS, "updated_at", "first_seen_at", "value", "last_value", "revisions", "lag")
+        .collect()
+    )
+    coverage_parts = [coverage.select(COVERAGE)]
+    gap_parts = [_gaps(gaps)]
+    revision_parts = [candles]
+    if tangled.height:
+        exact = _recomputed(root, tangled)
+        coverage_parts.append(exact[0])
+        gap_parts.append(exact[1])
+        revision_parts.append(exact[2])
+    stale = (
+        summaries["stale"]
+        .select("token", "interval", "fetched_at", "updated_at")
+        .with_columns((pl.col("fetched_at") - pl.col("updated_at")).alias("behind"))
+        .sort("token", "interval", "fetched_at")
+    )
+    failures = (
+        scan_table(root, "log")
+        .filter(~pl.col("ok"))
+        .group_by("token", "endpoint", "kind")
+        .agg(pl.len().cast(pl.Int64).alias("rounds"))
+        .sort("rounds", "token", descending=[True, False])
+        .collect()
+    )
+    return Audit(
+        pl.concat(coverage_parts).sort("token", "interval"),
+        pl.concat(gap_parts).sort("token", "interval", "gap_start"),
+        failures,
+        stale,
+        pl.concat(revision_parts).sort(*KEYS, "updated_at"),
+    )
+
+
+COVERAGE = ["token", "interval", "expected", "seen", "missing"]
+
+
+def _expected() -> List[pl.Expr]:
+    """``expected`` and ``missing`` from ``first``, ``last``, ``seen`` and ``_step``."""
+    expected = ((pl.col("last") - pl.col("first")).dt.total_milliseconds() // pl.col("_step") + 1).cast(pl.Int64)
+    return [expected.alias("expected"), (expected - pl.col("seen")).alias("missing")]
+
+
+def _gaps(rows: pl.LazyFrame) -> pl.DataFrame:
+    """Gaps from rows that each hold a close (``updated_at``), the one seen before it
+    (``_previous``) and ``_step``: the candles between the two, where there are any."""
+    return (
+        rows.with_columns(
             ((pl.col("updated_at") - pl.col("_previous")).dt.total_milliseconds() // pl.col("_step") - 1).alias(
                 "missing"
             )
@@ -139,78 +213,44 @@ def audit(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
             (pl.col("updated_at") - pl.duration(milliseconds=pl.col("_step"))).alias("gap_end"),
             pl.col("missing").cast(pl.Int64),
         )
-        .sort("token", "interval", "gap_start")
         .collect()
     )
-    failures = (
-        scan(source, "errors", storage_options=storage_options)
-        .group_by("token", "endpoint", "kind")
-        .agg(pl.len().cast(pl.Int64).alias("rounds"))
-        .sort("rounds", "token", descending=[True, False])
-        .collect()
+
+
+def _recomputed(root: Root, pairs: pl.DataFrame) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Coverage, gaps and repainted candles of some (token, interval) pairs, from all their rows."""
+    tokens = pairs["token"].unique().implode()
+    intervals = pairs["interval"].unique().implode()
+
+    def only(frame: pl.LazyFrame) -> pl.LazyFrame:
+        return frame.filter(pl.col("token").is_in(tokens), pl.col("interval").is_in(intervals)).join(
+            pairs.lazy(), on=["token", "interval"], how="semi"
+        )
+
+    closes = only(scan_table(root, "ta_updated")).filter(pl.col("updated_at").is_not_null())
+    distinct = (
+        closes.select("token", "interval", "updated_at")
+        .unique()
+        .with_columns(step().alias("_step"))
+        .sort("token", "interval", "updated_at")
     )
-    stale = (
-        closes.with_columns(_step().alias("_step"))
-        .with_columns((pl.col("fetched_at") - pl.col("updated_at")).alias("behind"))
-        .filter(pl.col("behind").dt.total_milliseconds() > pl.col("_step"))
-        .select("token", "interval", "fetched_at", "updated_at", "behind")
-        .sort("token", "interval", "fetched_at")
-        .collect()
-    )
-    return Audit(coverage, gaps, failures, stale, _repainted(source, storage_options, closes.collect()))
-
-
-#: Candles are checked for repaints a week of closes at a time: a year of 5-minute rounds is
-#: about a billion indicator rows for 200 tokens, more than memory holds at once.
-REPAINT_WINDOW = "7d"
-
-
-def _repainted(source: PathLike, storage_options: Optional[Mapping[str, Any]], closes: pl.DataFrame) -> pl.DataFrame:
-    """The panel's rows with more than one value, without building the whole panel.
-
-    A window of candle closes at a time: every fetch that showed one of its candles lies between
-    the earliest and the latest ``fetched_at`` that ``ta_updated`` gives for them, so each window
-    reads only those days of ``indicators`` and no candle is split between windows. Within a
-    window, candles are first grouped by a 64-bit hash of their key (several times faster than
-    grouping by the four columns), and only those whose group saw several values are folded
-    exactly: a collision can only add values to a group, so it never hides a repaint, and the
-    exact pass drops what it adds."""
-    indicators = scan(source, "indicators", storage_options=storage_options).select(
-        "token", "interval", "indicator", "value", "fetched_at", "date"
-    )
-    windows = (
-        closes.group_by(pl.col("updated_at").dt.truncate(REPAINT_WINDOW).alias("_window"))
+    coverage = (
+        distinct.group_by("token", "interval")
         .agg(
-            pl.col("updated_at").min().alias("first_close"),
-            pl.col("updated_at").max().alias("last_close"),
-            pl.col("fetched_at").min().alias("first_fetch"),
-            pl.col("fetched_at").max().alias("last_fetch"),
+            pl.col("updated_at").min().alias("first"),
+            pl.col("updated_at").max().alias("last"),
+            pl.len().cast(pl.Int64).alias("seen"),
+            pl.col("_step").first(),
         )
-        .sort("_window")
+        .with_columns(_expected())
+        .select(COVERAGE)
+        .collect()
     )
-    # Typed and empty without reading anything (a lazy `clear()` is a `limit(0)` of the whole join).
-    schema = per_candle(
-        indicators.drop("date").join(closes.lazy(), on=["token", "interval", "fetched_at"])
-    ).collect_schema()
-    found = [pl.LazyFrame(schema=schema)]
-    for first_close, last_close, first_fetch, last_fetch in windows.drop("_window").iter_rows():
-        window_closes = closes.lazy().filter(pl.col("updated_at").is_between(first_close, last_close))
-        rows = (
-            indicators.filter(
-                # A round's date is the day it began: a fetch just after midnight may carry the day before.
-                pl.col("date").is_between(first_fetch.date() - dt.timedelta(days=1), last_fetch.date()),
-                pl.col("fetched_at").is_between(first_fetch, last_fetch),
-            )
-            .drop("date")
-            .join(window_closes, on=["token", "interval", "fetched_at"], how="inner")
-            .with_columns(pl.struct(*KEYS, "updated_at").hash().alias("_candle"))
+    gaps = _gaps(distinct.with_columns(pl.col("updated_at").shift(1).over("token", "interval").alias("_previous")))
+    rows = only(scan_table(root, "indicators")).select(*KEYS, "value", "fetched_at")
+    revisions = per_candle(
+        rows.join(
+            closes.select("token", "interval", "fetched_at", "updated_at"), on=["token", "interval", "fetched_at"]
         )
-        suspects = (
-            rows.group_by("_candle")
-            .agg((pl.col("value").n_unique() > 1).alias("_moved"))
-            .filter(pl.col("_moved"))
-            .select("_candle")
-        )
-        repainted = rows.join(suspects, on="_candle", how="semi").drop("_candle")
-        found.append(per_candle(repainted).filter(pl.col("revisions") > 1))
-    return pl.concat([part.collect() for part in found]).sort(*KEYS, "updated_at")
+    ).filter(pl.col("revisions") > 1)
+    return coverage, gaps, revisions.collect()

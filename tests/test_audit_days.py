@@ -1,0 +1,203 @@
+"""The audit's day summaries: an audit stitched from them equals one computed from every row, on
+random histories with what makes stitching hard (candles that span midnight, rounds that began
+before midnight, stale fetches of old closes, repaints across days, holes, nulls), cold, warm,
+after new rounds, after a compaction, and never from a summary cut off half-written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import zlib
+from pathlib import Path
+from typing import Dict, List
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+import defilens
+from defilens._core import INTERVAL_MS
+from defilens.history._tables import to_disk
+
+UTC = dt.timezone.utc
+START = dt.datetime(2026, 3, 2, tzinfo=UTC)  # a Monday
+INTERVALS = {"5m": "5m", "1h": "1h", "4h": "4h", "1w": "1w"}
+INDICATORS = ["rsi14", "sma20"]
+TOKENS = ["alpha", "beta", "gamma", "delta"]
+UTC_MS = pl.Datetime("ms", "UTC")
+
+
+def _rounds(rng: random.Random, first: dt.datetime, hours: int, tidy: bool) -> List[dt.datetime]:
+    """Fetch moments about every 40 minutes, with holes of a few hours unless ``tidy``."""
+    moments = []
+    now = first
+    while now < first + dt.timedelta(hours=hours):
+        moments.append(now)
+        now += dt.timedelta(minutes=40, seconds=rng.randrange(0, 300))
+        if not tidy and rng.random() < 0.05:
+            now += dt.timedelta(hours=rng.randrange(2, 7))
+    return moments
+
+
+def _write(root: Path, moments: List[dt.datetime], rng: random.Random, tidy: bool) -> None:
+    """One commit per round to ``indicators`` and ``ta_updated``, as collect makes them."""
+    for fetched in moments:
+        # A round that began before midnight carries the day before.
+        began = fetched - dt.timedelta(minutes=3) if not tidy and rng.random() < 0.3 else fetched
+        closes = []
+        values = []
+        for token in TOKENS:
+            for interval, every in INTERVALS.items():
+                close = pl.Series([fetched]).dt.truncate(every).item()
+                if not tidy and token == "alpha" and rng.random() < 0.08:
+                    # Stale: an old close, which tangles this token's days (recomputed from its rows).
+                    close -= dt.timedelta(milliseconds=INTERVAL_MS[interval] * rng.randrange(1, 30))
+                if not tidy and rng.random() < 0.02:
+                    close = None
+                closes.append((token, interval, close))
+                for indicator in INDICATORS:
+                    base = (
+                        None
+                        if close is None
+                        else zlib.crc32(f"{token}{interval}{indicator}{close}".encode()) % 1000 / 10
+                    )
+                    if base is not None and not tidy and rng.random() < 0.1:
+                        base += rng.choice([0.5, 1.5])  # repainted
+                    if not tidy and rng.random() < 0.02:
+                        base = None
+                    values.append((token, interval, indicator, base))
+        stamp = {"fetched_at": fetched, "date": began.date()}
+        ta = pl.DataFrame(
+            [{"token": t, "interval": i, "updated_at": c, **stamp} for t, i, c in closes],
+            schema={
+                "token": pl.String,
+                "interval": pl.String,
+                "updated_at": UTC_MS,
+                "fetched_at": UTC_MS,
+                "date": pl.Date,
+            },
+        )
+        ind = pl.DataFrame(
+            [{"token": t, "interval": i, "indicator": n, "value": v, **stamp} for t, i, n, v in values],
+            schema={
+                "token": pl.String,
+                "interval": pl.String,
+                "indicator": pl.String,
+                "value": pl.Float64,
+                "fetched_at": UTC_MS,
+                "date": pl.Date,
+            },
+        )
+        write_deltalake(str(root / "ta_updated"), to_disk(ta), mode="append", partition_by=["date"])
+        write_deltalake(str(root / "indicators"), to_disk(ind), mode="append", partition_by=["date"])
+
+
+def _reference(root: Path) -> Dict[str, pl.DataFrame]:
+    """The audit's frames computed from every row, the plain way."""
+    step = pl.col("interval").cast(pl.String).replace_strict(INTERVAL_MS, return_dtype=pl.Int64)
+    closes = defilens.scan(root, "ta_updated").filter(pl.col("updated_at").is_not_null()).collect()
+    distinct = closes.select("token", "interval", "updated_at").unique().sort("token", "interval", "updated_at")
+    coverage = (
+        distinct.group_by("token", "interval")
+        .agg(
+            pl.col("updated_at").min().alias("first"),
+            pl.col("updated_at").max().alias("last"),
+            pl.len().cast(pl.Int64).alias("seen"),
+        )
+        .with_columns(((pl.col("last") - pl.col("first")).dt.total_milliseconds() // step + 1).alias("expected"))
+        .select("token", "interval", "expected", "seen", (pl.col("expected") - pl.col("seen")).alias("missing"))
+        .sort("token", "interval")
+    )
+    between = (pl.col("updated_at") - pl.col("updated_at").shift(1).over("token", "interval")).dt.total_milliseconds()
+    gaps = (
+        distinct.with_columns((between // step - 1).alias("missing"), step.alias("_step"))
+        .filter(pl.col("missing") > 0)
+        .select(
+            "token",
+            "interval",
+            (pl.col("updated_at") - pl.duration(milliseconds=pl.col("_step") * (pl.col("missing")))).alias("gap_start"),
+            (pl.col("updated_at") - pl.duration(milliseconds=pl.col("_step"))).alias("gap_end"),
+            "missing",
+        )
+        .sort("token", "interval", "gap_start")
+    )
+    stale = (
+        closes.with_columns((pl.col("fetched_at") - pl.col("updated_at")).alias("behind"))
+        .filter(pl.col("behind").dt.total_milliseconds() > step)
+        .select("token", "interval", "fetched_at", "updated_at", "behind")
+        .sort("token", "interval", "fetched_at")
+    )
+    revisions = (
+        defilens.panel(root)
+        .filter(pl.col("revisions") > 1)
+        .collect()
+        .sort("token", "interval", "indicator", "updated_at")
+    )
+    return {"coverage": coverage, "gaps": gaps, "stale": stale, "revisions": revisions}
+
+
+def _assert_equal(report: defilens.Audit, reference: Dict[str, pl.DataFrame]) -> None:
+    for name, expected in reference.items():
+        found = getattr(report, name)
+        assert found.schema == expected.schema, name
+        assert found.equals(expected), (name, found, expected)
+
+
+def _days_summarized(root: Path) -> int:
+    return DeltaTable(str(root / "_audit" / "days")).to_pyarrow_table().num_rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_stitched_audit_equals_one_from_every_row(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    root = tmp_path / "h"
+    tidy = seed == 1
+    _write(root, _rounds(rng, START + dt.timedelta(hours=20), 24 * 5, tidy), rng, tidy)
+    reference = _reference(root)
+    assert reference["revisions"].height or tidy
+    cold = defilens.audit(root)
+    _assert_equal(cold, reference)
+    days = _days_summarized(root)
+    assert days >= 5
+    warm = defilens.audit(root)  # from the kept summaries alone
+    _assert_equal(warm, reference)
+    assert _days_summarized(root) == days
+    assert defilens.audit(root, cache=False).coverage.equals(reference["coverage"])
+
+    # A new day, and a late round in a day already summarized: those two days again, no other.
+    last = defilens.scan(root, "ta_updated").select(pl.col("fetched_at").max()).collect().item()
+    _write(root, _rounds(rng, last + dt.timedelta(hours=30), 6, tidy), rng, tidy)
+    _write(root, [START + dt.timedelta(days=2, hours=5, minutes=7)], rng, tidy)
+    reference = _reference(root)
+    _assert_equal(defilens.audit(root), reference)
+    assert _days_summarized(root) in (days + 2, days + 3)  # the new rounds may span midnight
+
+    # A compaction rewrites every day's files: each is summarized again, to the same audit.
+    defilens.compact(root)
+    _assert_equal(defilens.audit(root), reference)
+
+
+def test_a_summary_cut_off_half_written_is_never_read(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    root = tmp_path / "h"
+    _write(root, _rounds(rng, START, 48, False), rng, False)
+    reference = _reference(root)
+    _assert_equal(defilens.audit(root), reference)
+    # What an audit killed between its summaries and its `days` would leave: rows no day names.
+    runs = pl.scan_delta(str(root / "_audit" / "runs")).collect()
+    forged = runs.with_columns(pl.lit("killed-audit").alias("audit"), pl.col("seen") * 0 + 1)
+    write_deltalake(str(root / "_audit" / "runs"), forged, mode="append")
+    _assert_equal(defilens.audit(root), reference)
+
+
+def test_without_cache_nothing_is_written_and_a_read_only_root_still_audits(tmp_path: Path) -> None:
+    rng = random.Random(8)
+    root = tmp_path / "h"
+    _write(root, _rounds(rng, START, 30, False), rng, False)
+    reference = _reference(root)
+    _assert_equal(defilens.audit(root, cache=False), reference)
+    assert not (root / "_audit").exists()
+    (root / "_audit").write_text("not a folder")  # summaries cannot be kept here
+    with pytest.warns(UserWarning, match="could not be kept"):
+        report = defilens.audit(root)
+    _assert_equal(report, reference)
