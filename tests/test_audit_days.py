@@ -18,6 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 import defilens
 from defilens._core import INTERVAL_MS
 from defilens.history._tables import to_disk
+from defilens.research._day_summaries import CACHE
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 3, 2, tzinfo=UTC)  # a Monday
@@ -144,7 +145,7 @@ def _assert_equal(report: defilens.Audit, reference: Dict[str, pl.DataFrame]) ->
 
 
 def _days_summarized(root: Path) -> int:
-    return DeltaTable(str(root / "_audit" / "days")).to_pyarrow_table().num_rows
+    return DeltaTable(str(root / CACHE / "days")).to_pyarrow_table().num_rows
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -184,9 +185,9 @@ def test_a_summary_cut_off_half_written_is_never_read(tmp_path: Path) -> None:
     reference = _reference(root)
     _assert_equal(defilens.audit(root), reference)
     # What an audit killed between its summaries and its `days` would leave: rows no day names.
-    runs = pl.scan_delta(str(root / "_audit" / "runs")).collect()
-    forged = runs.with_columns(pl.lit("killed-audit").alias("audit"), pl.col("seen") * 0 + 1)
-    write_deltalake(str(root / "_audit" / "runs"), forged, mode="append")
+    spans = pl.scan_delta(str(root / CACHE / "spans")).collect()
+    forged = spans.with_columns(pl.lit("killed-audit").alias("audit"), pl.col("seen") * 0 + 1)
+    write_deltalake(str(root / CACHE / "spans"), forged, mode="append")
     _assert_equal(defilens.audit(root), reference)
 
 

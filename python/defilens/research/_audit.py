@@ -10,7 +10,7 @@ import polars as pl
 
 from ..history._root import PathLike, Root
 from ..history._scan import open_for_reading, scan_table
-from ._day_summaries import day_summaries, step
+from ._day_summaries import day_summaries, gaps_of, step
 from ._panel import KEYS, per_candle
 
 
@@ -106,13 +106,15 @@ def audit(
     a notebook or a terminal)."""
     root = open_for_reading(source, storage_options)
     summaries = day_summaries(root, cache=cache, progress=progress)
-    runs = summaries["runs"].lazy().with_columns(step().alias("_step"))
-    ordered = runs.sort("token", "interval", "first", "last").with_columns(
+    spans = summaries["spans"].lazy().with_columns(step().alias("_step"))
+    ordered = spans.sort("token", "interval", "first", "last").with_columns(
         pl.col("last").cum_max().shift(1).over("token", "interval").alias("_before")
     )
-    # Runs of different days overlap by one shared close where a candle spans midnight (a 1w
-    # candle: every day of its week); the days then stitch exactly. A pair whose runs overlap by
-    # more (a late round, two collectors) is recomputed from its rows instead.
+    # The spans of two days share one close where a candle spans midnight (a 1w candle: every
+    # day of its week): the last of the one and the first of the other, whose candles both days
+    # kept, so the days stitch exactly. A pair whose spans overlap by more (a round that began
+    # before midnight and fetched after, a stale fetch of an old candle) is recomputed from its
+    # rows instead.
     tangled = ordered.filter(pl.col("first") < pl.col("_before")).select("token", "interval").unique().collect()
     plain = ordered.join(tangled.lazy(), on=["token", "interval"], how="anti")
     coverage = (
@@ -156,8 +158,9 @@ def audit(
         .select(*KEYS, "updated_at", "first_seen_at", "value", "last_value", "revisions", "lag")
         .collect()
     )
+    within = summaries["gaps"].drop("date").join(tangled, on=["token", "interval"], how="anti")
     coverage_parts = [coverage.select(COVERAGE)]
-    gap_parts = [_gaps(gaps)]
+    gap_parts = [gaps_of(gaps).collect(), within]
     revision_parts = [candles]
     if tangled.height:
         exact = _recomputed(root, tangled)
@@ -196,27 +199,6 @@ def _expected() -> List[pl.Expr]:
     return [expected.alias("expected"), (expected - pl.col("seen")).alias("missing")]
 
 
-def _gaps(rows: pl.LazyFrame) -> pl.DataFrame:
-    """Gaps from rows that each hold a close (``updated_at``), the one seen before it
-    (``_previous``) and ``_step``: the candles between the two, where there are any."""
-    return (
-        rows.with_columns(
-            ((pl.col("updated_at") - pl.col("_previous")).dt.total_milliseconds() // pl.col("_step") - 1).alias(
-                "missing"
-            )
-        )
-        .filter(pl.col("missing") > 0)
-        .select(
-            "token",
-            "interval",
-            (pl.col("_previous") + pl.duration(milliseconds=pl.col("_step"))).alias("gap_start"),
-            (pl.col("updated_at") - pl.duration(milliseconds=pl.col("_step"))).alias("gap_end"),
-            pl.col("missing").cast(pl.Int64),
-        )
-        .collect()
-    )
-
-
 def _recomputed(root: Root, pairs: pl.DataFrame) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Coverage, gaps and repainted candles of some (token, interval) pairs, from all their rows."""
     tokens = pairs["token"].unique().implode()
@@ -246,7 +228,9 @@ def _recomputed(root: Root, pairs: pl.DataFrame) -> Tuple[pl.DataFrame, pl.DataF
         .select(COVERAGE)
         .collect()
     )
-    gaps = _gaps(distinct.with_columns(pl.col("updated_at").shift(1).over("token", "interval").alias("_previous")))
+    gaps = gaps_of(
+        distinct.with_columns(pl.col("updated_at").shift(1).over("token", "interval").alias("_previous"))
+    ).collect()
     rows = only(scan_table(root, "indicators")).select(*KEYS, "value", "fetched_at")
     revisions = per_candle(
         rows.join(

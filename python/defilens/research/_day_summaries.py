@@ -2,13 +2,13 @@
 changed.
 
 A day is a ``date`` partition (the rounds that began on it). Its summary holds exactly what the
-audit needs and no more: the runs of candle closes it saw per token and interval (``runs``: a
-new run where a close is two candles or more after the previous one), its stale fetches
-(``stale``), and the candles a day alone cannot judge or has judged repainted (``candles``: the
-candles at both ends of every run, which are the only ones another day can share unless the
-runs of two days overlap, and those with more than one value within the day, with the distinct
-values in ``values``). The audit stitches
-the days together (`defilens.research._audit`), exactly, from these alone.
+audit needs and no more, per token and interval: the span of candle closes it saw (``spans``:
+the first, the last, how many), the gaps within that span (``gaps``), its stale fetches
+(``stale``), and the candles a day alone cannot judge or has judged repainted (``candles``: those
+of its first and last close, which are the only ones another day can share unless the spans of
+two days overlap, and those seen with more than one value within the day, the distinct values in
+``values``). The audit stitches the days together (`defilens.research._audit`), exactly, from
+these alone.
 
 The summaries live under ``ROOT/_audit/`` as Delta tables, beside the history. A day's summary is
 keyed by a fingerprint of its data files in ``ta_updated`` and ``indicators``: a round added to
@@ -37,10 +37,11 @@ from ..history._tables import PARTITION, TABLE_PROPERTIES, load, one_line, resto
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-#: The folder under a history's root that holds the audit's day summaries.
-CACHE = "_audit"
+#: The folder under a history's root that holds the audit's day summaries, by the version of
+#: what they hold (a new version summarizes every day again; the old folder can go).
+CACHE = "_audit/v1"
 #: The summaries of a day, in the order they are written (``days`` last: it makes them valid).
-SUMMARIES = ("runs", "stale", "candles")
+SUMMARIES = ("spans", "gaps", "stale", "candles")
 DAYS = "days"
 #: The tables a day's fingerprint covers: everything the summaries are made of.
 SOURCES = ("ta_updated", "indicators")
@@ -112,25 +113,21 @@ def summarize(sources: Sources, dates: List[dt.date]) -> Dict[str, pl.DataFrame]
         .sort("date", "token", "interval", "updated_at")
         .with_columns(step().alias("_step"))
     )
-    # A new run where a close is two candles or more after the one before: a gap of at least one.
-    starts_run = ~pl.all_horizontal(
-        pl.col("date") == pl.col("date").shift(1),
-        pl.col("token") == pl.col("token").shift(1),
-        pl.col("interval") == pl.col("interval").shift(1),
-        (pl.col("updated_at") - pl.col("updated_at").shift(1)).dt.total_milliseconds() < 2 * pl.col("_step"),
-    ).fill_null(False)
-    runs = (
-        distinct.with_columns(starts_run.cum_sum().alias("_run"))
-        .group_by("_run")
+    spans = (
+        distinct.group_by("date", "token", "interval")
         .agg(
-            pl.col("date", "token", "interval").first(),
             pl.col("updated_at").min().alias("first"),
             pl.col("updated_at").max().alias("last"),
             pl.len().cast(pl.Int64).alias("seen"),
         )
-        .drop("_run")
         .sort("date", "token", "interval", "first")
     )
+    gaps = gaps_of(
+        distinct.lazy().with_columns(
+            pl.col("updated_at").shift(1).over("date", "token", "interval").alias("_previous")
+        ),
+        "date",
+    ).collect()
     stale = (
         closes.with_columns((pl.col("fetched_at") - pl.col("updated_at")).alias("behind"))
         .filter(pl.col("behind").dt.total_milliseconds() > step())
@@ -138,16 +135,37 @@ def summarize(sources: Sources, dates: List[dt.date]) -> Dict[str, pl.DataFrame]
     )
     ends = pl.concat(
         [
-            runs.select("date", "token", "interval", pl.col("first").alias("updated_at")),
-            runs.select("date", "token", "interval", pl.col("last").alias("updated_at")),
+            spans.select("date", "token", "interval", pl.col("first").alias("updated_at")),
+            spans.select("date", "token", "interval", pl.col("last").alias("updated_at")),
         ]
     ).unique()
-    # Which fetches showed a close at the end of a run, marked on the few ta_updated rows
+    # Which fetches showed a day's first or last close, marked on the few ta_updated rows
     # rather than looked up for each of the many indicator rows.
     marked = closes.join(
         ends.with_columns(pl.lit(True).alias("_end")), on=["date", "token", "interval", "updated_at"], how="left"
     ).with_columns(pl.col("_end").fill_null(False))
-    return {"runs": runs, "stale": stale, "candles": _candles(sources, dates, marked)}
+    return {"spans": spans, "gaps": gaps, "stale": stale, "candles": _candles(sources, dates, marked)}
+
+
+def gaps_of(rows: pl.LazyFrame, *keys: str) -> pl.LazyFrame:
+    """Gaps from rows that each hold a close (``updated_at``), the one seen before it
+    (``_previous``) and ``_step``: the candles between the two, where there are any."""
+    return (
+        rows.with_columns(
+            ((pl.col("updated_at") - pl.col("_previous")).dt.total_milliseconds() // pl.col("_step") - 1).alias(
+                "missing"
+            )
+        )
+        .filter(pl.col("missing") > 0)
+        .select(
+            *keys,
+            "token",
+            "interval",
+            (pl.col("_previous") + pl.duration(milliseconds=pl.col("_step"))).alias("gap_start"),
+            (pl.col("updated_at") - pl.duration(milliseconds=pl.col("_step"))).alias("gap_end"),
+            pl.col("missing").cast(pl.Int64),
+        )
+    )
 
 
 CANDLE = ["date", "token", "interval", "indicator", "updated_at"]
@@ -213,7 +231,8 @@ def empty() -> Dict[str, pl.DataFrame]:
     """The summaries of no day, typed."""
     base: Dict[str, pl.DataType] = {"date": pl.Date(), "token": pl.String(), "interval": INTERVAL}
     return {
-        "runs": pl.DataFrame(schema={**base, "first": UTC_MS, "last": UTC_MS, "seen": pl.Int64}),
+        "spans": pl.DataFrame(schema={**base, "first": UTC_MS, "last": UTC_MS, "seen": pl.Int64()}),
+        "gaps": pl.DataFrame(schema={**base, "gap_start": UTC_MS, "gap_end": UTC_MS, "missing": pl.Int64()}),
         "stale": pl.DataFrame(schema={**base, "fetched_at": UTC_MS, "updated_at": UTC_MS}),
         "candles": pl.DataFrame(
             schema={
