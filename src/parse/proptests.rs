@@ -68,13 +68,21 @@ fn parse_one(body: &[u8]) -> Result<ListingFrames, Error> {
 /// The same body through `append` (the fast scanner, serde_json when it declines) and through
 /// serde_json alone: the same frames or the same error.
 fn assert_same_as_serde(body: &[u8]) -> Result<(), TestCaseError> {
-    let mut fast = ListingBuilder::new(1);
-    let mut serde = ListingBuilder::new(1);
-    let input = ListingBody { body, token: Some("fuzz"), fetched_at: Some(7) };
-    match (fast.append(&input), serde.append_with_serde_only(&input)) {
-        (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-        (a, b) => prop_assert!(false, "fast {:?} but serde_json {:?}", a, b),
+    assert_sequence_same_as_serde(&[body])
+}
+
+/// `assert_same_as_serde` for bodies read one after another by one builder, as a batch reads
+/// them: the fast path remembers the keys of the bodies before (their order, where each was).
+fn assert_sequence_same_as_serde<B: AsRef<[u8]>>(bodies: &[B]) -> Result<(), TestCaseError> {
+    let mut fast = ListingBuilder::new(bodies.len());
+    let mut serde = ListingBuilder::new(bodies.len());
+    for body in bodies {
+        let input = ListingBody { body: body.as_ref(), token: Some("fuzz"), fetched_at: Some(7) };
+        match (fast.append(&input), serde.append_with_serde_only(&input)) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => prop_assert!(false, "fast {:?} but serde_json {:?}", a, b),
+        }
     }
     let (fast, serde) = (fast.finish(), serde.finish());
     for ((name, a), (_, b)) in fast.into_named().into_iter().zip(serde.into_named()) {
@@ -130,6 +138,150 @@ const KEYS: &[&str] = &[
     "number_of_holders",
 ];
 
+/// How a body is written out again: the same members, in other shapes (see `reshaped`).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// 0 compact, 1 a space after `,` and `:`, 2 pretty-printed, 3 whitespace everywhere JSON allows it.
+    spacing: u8,
+    /// `data`'s keys in the order of the body before (false), or shuffled by this seed.
+    shuffle: Option<u64>,
+    /// Each member of `data` left out with probability `missing`/8.
+    missing: u8,
+    /// Characters of strings written as `\u` escapes (also as surrogate pairs), `\"` and `\/`.
+    escapes: bool,
+    /// Numbers in another form of the same decimal: exponents, trailing zeros, `E+`.
+    numbers: bool,
+    seed: u64,
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (0u8..4, prop::option::of(any::<u64>()), 0u8..4, any::<bool>(), any::<bool>(), 1u64..u64::MAX).prop_map(
+        |(spacing, shuffle, missing, escapes, numbers, seed)| Shape {
+            spacing,
+            shuffle,
+            missing,
+            escapes,
+            numbers,
+            seed,
+        },
+    )
+}
+
+/// The realistic bodies the shapes start from: the documented sample, and the Sandbox's.
+fn realistic_bodies() -> Vec<String> {
+    #[allow(unused_mut)]
+    let mut bodies = vec![sample_listing()];
+    #[cfg(feature = "sandbox")]
+    for token in ["bitcoin", "token-3"] {
+        bodies.push(crate::sandbox::body(1, crate::model::Endpoint::Listing, token, 1_795_392_000_000));
+    }
+    bodies
+}
+
+/// A string's text again, some characters escaped (a surrogate pair for those past U+FFFF).
+fn escaped_string(text: &str, next: &mut impl FnMut() -> u64) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match (c, next() % 4) {
+            ('"', _) => out.push_str("\\\""),
+            ('\\', _) => out.push_str("\\\\"),
+            ('/', 0) => out.push_str("\\/"),
+            (c, 0) | (c @ '\0'..='\u{1f}', _) => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            (c, _) => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A number's text in another form that names the same decimal.
+fn renumbered(text: &str, next: &mut impl FnMut() -> u64) -> String {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
+    let (sign, digits) = mantissa.strip_prefix('-').map_or(("", mantissa), |rest| ("-", rest));
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    match next() % 3 {
+        // d.ddd e±k: the same decimal with the point after the first digit.
+        0 if whole.len() == 1 => format!("{sign}{whole}.{fraction}0e{exponent}"),
+        0 => format!("{sign}{}.{}{fraction}E+{}", &whole[..1], &whole[1..], exponent + whole.len() as i32 - 1),
+        1 => {
+            // All the digits as a whole number (no leading zero, which JSON forbids).
+            let digits = format!("{whole}{fraction}");
+            let digits = digits.trim_start_matches('0');
+            let digits = if digits.is_empty() { "0" } else { digits };
+            format!("{sign}{digits}e{}", exponent - fraction.len() as i32)
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// One value's text in the shape: strings and numbers rewritten, containers spaced.
+fn reshaped_value(value: &serde_json::Value, shape: &Shape, depth: usize, next: &mut impl FnMut() -> u64) -> String {
+    use serde_json::Value as Json;
+    let (comma, colon, indent) = spacing(shape.spacing, depth + 1);
+    match value {
+        Json::String(text) if shape.escapes => escaped_string(text, next),
+        Json::Number(number) if shape.numbers => renumbered(&number.to_string(), next),
+        Json::Array(items) if !items.is_empty() => {
+            let items: Vec<String> = items.iter().map(|item| reshaped_value(item, shape, depth + 1, next)).collect();
+            format!("[{indent}{}{}]", items.join(&comma), spacing(shape.spacing, depth).2)
+        }
+        Json::Object(members) if !members.is_empty() => {
+            let members: Vec<String> = members
+                .iter()
+                .map(|(key, value)| format!("{key:?}{colon}{}", reshaped_value(value, shape, depth + 1, next)))
+                .collect();
+            format!("{{{indent}{}{}}}", members.join(&comma), spacing(shape.spacing, depth).2)
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The comma, the colon and the text after an opening bracket, at `depth`.
+fn spacing(style: u8, depth: usize) -> (String, String, String) {
+    match style {
+        0 => (",".into(), ":".into(), String::new()),
+        1 => (", ".into(), ": ".into(), String::new()),
+        2 => {
+            let indent = format!("\n{}", "  ".repeat(depth));
+            (format!(",{indent}"), ": ".into(), indent)
+        }
+        _ => (" \t,\r\n ".into(), " : ".into(), " \n".into()),
+    }
+}
+
+/// `body` written out again in `shape`; `order` is `data`'s key order of the body before, and
+/// becomes this body's.
+fn reshaped(body: &str, shape: &Shape, order: &mut Vec<String>) -> String {
+    let mut next = crate::test_random::xorshift(shape.seed);
+    let document: serde_json::Map<String, serde_json::Value> = serde_json::from_str(body).expect("a realistic body");
+    let data = document["data"].as_object().expect("a data object");
+    let mut keys: Vec<String> = order.iter().filter(|key| data.contains_key(*key)).cloned().collect();
+    keys.extend(data.keys().filter(|key| !order.contains(key)).cloned());
+    if let Some(seed) = shape.shuffle {
+        let mut shuffle = crate::test_random::xorshift(seed | 1);
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, (shuffle() % (i as u64 + 1)) as usize);
+        }
+    }
+    keys.retain(|_| next() % 8 >= u64::from(shape.missing));
+    order.clone_from(&keys);
+    let (comma, colon, indent) = spacing(shape.spacing, 2);
+    let members: Vec<String> =
+        keys.iter().map(|key| format!("{key:?}{colon}{}", reshaped_value(&data[key], shape, 2, &mut next))).collect();
+    let data = format!("{{{indent}{}{}}}", members.join(&comma), spacing(shape.spacing, 1).2);
+    let info = reshaped_value(&document["generalInfo"], shape, 1, &mut next);
+    let (comma, colon, indent) = spacing(shape.spacing, 1);
+    format!("{{{indent}\"data\"{colon}{data}{comma}\"generalInfo\"{colon}{info}{}}}", spacing(shape.spacing, 0).2)
+}
+
 const GENERAL_INFO_KEYS: &[&str] =
     &["description", "websites", "explorers", "categories", "community", "chains", "unknown"];
 
@@ -166,6 +318,22 @@ proptest! {
             let body = format!("{{\"data\": {{\"id\": \"x\", \"rsi14_1h\": {text}, \"current_price\": {text}}}}}");
             assert_same_as_serde(body.as_bytes())?;
         }
+    }
+
+    /// Realistic bodies in every shape, one after another through one builder: compact or
+    /// spaced, keys in the last body's order or shuffled, fields missing, escapes, other number forms.
+    #[test]
+    fn reshaped_bodies_in_a_row(shapes in prop::collection::vec((any::<prop::sample::Index>(), shape()), 1..6)) {
+        let sources = realistic_bodies();
+        let mut order = Vec::new();
+        let bodies: Vec<String> =
+            shapes.iter().map(|(source, shape)| reshaped(&sources[source.index(sources.len())], shape, &mut order)).collect();
+        let mut probe = ListingBuilder::new(1);
+        for body in &bodies {
+            prop_assert!(serde_json::from_str::<serde_json::Value>(body).is_ok(), "not JSON: {}", body);
+            prop_assert!(probe.reads_on_the_fast_path(body.as_bytes()), "the fast path declined: {}", body);
+        }
+        assert_sequence_same_as_serde(&bodies)?;
     }
 
     #[test]
