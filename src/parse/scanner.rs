@@ -102,7 +102,7 @@ fn divide_by_power_of_ten(significand: u64, k: usize) -> Option<f64> {
 /// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
 /// costs more than the comparison).
 #[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
