@@ -9,8 +9,9 @@ use crate::model::fields::{split_market_pair, MARKET_FIELDS, MARKET_PAIR_INDEX};
 use crate::model::value::Typed;
 use crate::model::Endpoint;
 
-/// One market entry: a value per `MARKET_FIELDS` entry, in its order.
-pub type MarketRow<'de> = Vec<Typed<'de>>;
+/// One market entry: a value per `MARKET_FIELDS` entry, in its order (an array, so a body of
+/// many entries allocates nothing per entry).
+pub type MarketRow<'de> = [Typed<'de>; MARKET_FIELDS.len()];
 
 /// Columns of the markets frame, filled body by body.
 pub struct MarketsColumns {
@@ -37,7 +38,7 @@ impl MarketsColumns {
 
     /// An empty row to fill.
     pub fn new_row<'de>() -> MarketRow<'de> {
-        vec![Typed::Null; MARKET_FIELDS.len()]
+        std::array::from_fn(|_| Typed::Null)
     }
 
     /// Appends one entry; `base` and `quote` are split from its market pair.

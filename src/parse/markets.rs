@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
-use super::scanner::Scanner;
+use super::scanner::{same_bytes, Scanner};
 use crate::error::Error;
 use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
@@ -202,13 +202,30 @@ fn scan_markets<'de>(body: &'de [u8], pending: &mut PendingMarkets<'de>) -> Opti
                     }
                     let index = pending.entries.len();
                     let mut row = MarketsColumns::new_row();
+                    // Entries list their keys in one order: the key after the last is tried first.
+                    let mut expected = 0;
                     scanner.object(|scanner, key| {
-                        match market_field_index(key) {
-                            Some(column) => match convert(scanner.value()?, MARKET_FIELDS[column].2) {
+                        let column = match MARKET_FIELDS.get(expected) {
+                            Some((wire, _, _)) if same_bytes(wire.as_bytes(), key.as_bytes()) => Some(expected),
+                            _ => market_field_index(key),
+                        };
+                        let Some(column) = column else {
+                            return scanner.skip();
+                        };
+                        expected = column + 1;
+                        // The commonest values straight to their cells, as `convert` would store them
+                        // (held equal by the property tests); the rest through `convert`.
+                        match MARKET_FIELDS[column].2 {
+                            ScalarType::F64 if scanner.at_number() => {
+                                row[column] = Typed::F64(scanner.number_as_f64()?);
+                            }
+                            ScalarType::Str if scanner.at_string() => {
+                                row[column] = Typed::Str(scanner.string()?);
+                            }
+                            target => match convert(scanner.value()?, target) {
                                 Ok(typed) => row[column] = typed,
                                 Err(mismatch) => pending.drifted(format!("data[{index}].{key}"), mismatch),
                             },
-                            None => scanner.skip()?,
                         }
                         Some(())
                     })?;

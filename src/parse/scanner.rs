@@ -288,6 +288,11 @@ impl<'de> Scanner<'de> {
         })
     }
 
+    /// Does a string come next? (Leaves it unread.)
+    pub fn at_string(&mut self) -> bool {
+        self.peek() == Some(b'"')
+    }
+
     /// Does an array come next? (Leaves it unread.)
     pub fn at_array(&mut self) -> bool {
         self.peek() == Some(b'[')
@@ -353,7 +358,7 @@ impl<'de> Scanner<'de> {
     /// decodes it. A lone surrogate, an unknown escape or a control character is left to
     /// serde_json (which rejects them).
     #[inline]
-    fn string(&mut self) -> Option<Cow<'de, str>> {
+    pub fn string(&mut self) -> Option<Cow<'de, str>> {
         if self.bytes.get(self.pos) != Some(&b'"') {
             return None;
         }
