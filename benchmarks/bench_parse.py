@@ -2,6 +2,7 @@
 
     python benchmarks/bench_parse.py [--quick] [--sizes 2000 20000] [--runs 5] [--json PATH]
     python benchmarks/bench_parse.py --shapes [--bodies 10000]   # needs: pip install pysimdjson
+    python benchmarks/bench_parse.py --dump DIR                  # the shapes, for benchmarks/json_backends
 
 The bodies are the Sandbox's realistic listings (~6 KB, every field family). Before timing,
 each Python implementation's frames are checked equal to defilens' (all six listing frames),
@@ -16,6 +17,8 @@ import gc
 import json
 import os
 import random
+import re
+import struct
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -187,6 +190,23 @@ def shape_bodies(n: int) -> Dict[str, List[bytes]]:
     return {shape: [_reshaped(body, shape, rng) for body in served] for shape in SHAPES}
 
 
+def markets_bodies(n: int) -> List[bytes]:
+    return [defilens.testing.markets_body(f"token-{i}", seed=1, now=SANDBOX_NOW).encode() for i in range(n)]
+
+
+def dump_shapes(n: int, folder: str) -> None:
+    """Each shape's bodies in a file of its own: a little-endian u32 length, then the bytes (the
+    markets bodies last, in a file whose name says markets)."""
+    os.makedirs(folder, exist_ok=True)
+    shapes = {**shape_bodies(n), "markets compact": markets_bodies(n)}
+    for index, (shape, texts) in enumerate(shapes.items()):
+        slug = re.sub(r"[^a-z0-9]+", "-", shape.lower()).strip("-")
+        with open(os.path.join(folder, f"{index}-{slug}.bin"), "wb") as out:
+            for text in texts:
+                out.write(struct.pack("<I", len(text)) + text)
+    print(f"{len(shapes)} shapes of {n:,} bodies in {folder}")
+
+
 def _parse_only(parser: Any, texts: List[bytes]) -> None:
     # One document alive at a time: simdjson's parser reuses its buffers for the next one.
     for text in texts:
@@ -234,7 +254,7 @@ def measure_shapes(n: int, runs: int) -> Dict[str, Any]:
         results[shape] = {"MB": megabytes, "one core": one, "two cores": two, "simdjson": parse_only}
         print(f"{shape}: {megabytes / one:,.0f} MB/s on one core, simdjson {megabytes / parse_only:,.0f}", flush=True)
     # Markets bodies, as a collect parses a round's (one call for all of them, on one thread).
-    markets = [defilens.testing.markets_body(f"token-{i}", seed=1, now=SANDBOX_NOW).encode() for i in range(n)]
+    markets = markets_bodies(n)
     ids, stamps = [f"token-{i}" for i in range(n)], [None] * n
     megabytes = sum(map(len, markets)) / 1e6
     one = _on_cores(1, lambda: _core.parse_many("markets", markets, ids, stamps), runs)
@@ -286,7 +306,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file (for run_all.py)")
     parser.add_argument("--shapes", action="store_true", help="the shapes table against simdjson instead")
     parser.add_argument("--bodies", type=int, default=10_000, help="bodies per shape (with --shapes)")
+    parser.add_argument(
+        "--dump", metavar="DIR", help="write the shapes' bodies to DIR for benchmarks/json_backends, and stop"
+    )
     args = parser.parse_args()
+    if args.dump:
+        dump_shapes(args.bodies, args.dump)
+        return
     if args.shapes:
         runs = args.runs or 5
         started = time.perf_counter()
