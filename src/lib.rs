@@ -19,6 +19,7 @@ mod parse;
 mod runtime;
 #[cfg(feature = "sandbox")]
 mod sandbox;
+mod short_bytes;
 pub mod ta;
 #[cfg(test)]
 mod test_random;

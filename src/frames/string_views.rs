@@ -6,17 +6,25 @@
 use polars::prelude::*;
 use polars_arrow::array::{MutableBinaryViewArray, View};
 
+use crate::short_bytes::{same_bytes, slot_of, text_bits};
+
 /// Distinct values remembered per column, at most: past this (only a hostile stream of bodies
 /// gets there) values are stored per row as any string column stores them.
 const MAX_REMEMBERED: usize = 4096;
 
-const CATALOGUE_SLOTS: usize = 64;
+/// Slots of the direct-mapped caches of views (`catalogue`, `recent`): a power of two, several
+/// per name of a service's catalogue, so that few of its names share one.
+const SLOTS_LOG2: u32 = 9;
+const CATALOGUE_SLOTS: usize = 1 << SLOTS_LOG2;
 
 pub struct StringViews {
     name: PlSmallStr,
     array: MutableBinaryViewArray<str>,
     /// Views of values already stored, by their text.
     remembered: PlHashMap<Box<str>, View>,
+    /// The last remembered value met in each slot, with its view: most values are found here
+    /// without hashing the whole text (a collision only costs the lookup in `remembered`).
+    recent: Vec<(Box<str>, View)>,
     /// Views of the catalogue's names, by the address of their text: a direct-mapped cache
     /// (a collision only stores the name again).
     catalogue: Box<[(usize, View); CATALOGUE_SLOTS]>,
@@ -30,6 +38,7 @@ impl StringViews {
             name: PlSmallStr::from_str(column),
             array: MutableBinaryViewArray::with_capacity(capacity),
             remembered: PlHashMap::default(),
+            recent: Vec::new(),
             catalogue: Box::new([(0, View::default()); CATALOGUE_SLOTS]),
             view_bytes: 0,
         }
@@ -67,7 +76,7 @@ impl StringViews {
     #[inline]
     pub fn push_static(&mut self, value: &'static str) {
         let address = value.as_ptr() as usize;
-        let slot = (address ^ (address >> 6)) % CATALOGUE_SLOTS;
+        let slot = slot_of(address as u64, SLOTS_LOG2);
         let (cached, view) = self.catalogue[slot];
         if cached == address && view.length as usize == value.len() {
             return self.push_view(view);
@@ -84,6 +93,15 @@ impl StringViews {
             // Short values live inside the view itself: nothing to share.
             return self.push_view(View::new_inline(value.as_bytes()));
         }
+        if self.recent.is_empty() {
+            self.recent = vec![(Box::default(), View::default()); CATALOGUE_SLOTS];
+        }
+        let slot = slot_of(text_bits(value.as_bytes()), SLOTS_LOG2);
+        let (cached, view) = &self.recent[slot];
+        if same_bytes(cached.as_bytes(), value.as_bytes()) {
+            let view = *view;
+            return self.push_view(view);
+        }
         let view = match self.remembered.get(value) {
             Some(view) => *view,
             None if self.remembered.len() < MAX_REMEMBERED => {
@@ -93,6 +111,7 @@ impl StringViews {
             }
             None => return self.array.push_value(value),
         };
+        self.recent[slot] = (value.into(), view);
         self.push_view(view);
     }
 

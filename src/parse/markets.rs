@@ -7,12 +7,13 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
-use super::scanner::{same_bytes, Scanner};
+use super::scanner::Scanner;
 use crate::error::Error;
 use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
 use crate::model::Endpoint;
+use crate::short_bytes::same_bytes;
 
 /// One markets response body.
 #[derive(Clone, Copy, Debug)]

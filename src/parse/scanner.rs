@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 
 use crate::model::value::Value;
+use crate::short_bytes::same_bytes;
 
 /// Containers nested deeper than this go to serde_json (whose own limit is 128).
 const MAX_DEPTH: usize = 64;
@@ -97,28 +98,6 @@ fn divide_by_power_of_ten(significand: u64, k: usize) -> Option<f64> {
         return Some(guess);
     }
     None
-}
-
-/// Byte equality of two short texts, eight bytes at a time and inline (a call to `memcmp`
-/// costs more than the comparison).
-#[inline]
-pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        return a == b;
-    }
-    let word = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
-    let mut at = 0;
-    while at + 8 < n {
-        if word(a, at) != word(b, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
 }
 
 /// A JSON number as serde_json reads it (small enough to come back in registers).

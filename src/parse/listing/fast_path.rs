@@ -10,7 +10,8 @@ use crate::model::value::{Typed, Value};
 use crate::model::Interval;
 use crate::parse::general_info::scan_general_info;
 use crate::parse::pending::PendingListing;
-use crate::parse::scanner::{same_bytes, Scanner};
+use crate::parse::scanner::Scanner;
+use crate::short_bytes::{same_bytes, slot_of, text_bits};
 use polars::prelude::PlHashMap;
 
 /// The scanner's "not mine": the body goes to serde_json.
@@ -40,7 +41,7 @@ pub(super) struct KeyShape {
     keys: Vec<(Box<[u8]>, CachedRoute)>,
     /// Each key's bytes -> its index in `keys`.
     positions: PlHashMap<Box<[u8]>, usize>,
-    /// `recent_slot(key)` -> 1 + the index in `keys` of the last key looked up there (0: none);
+    /// a key's slot -> 1 + the index in `keys` of the last key looked up there (0: none);
     /// empty until the first lookup. A guess, always checked: a collision only costs the
     /// lookup in `positions`, however the keys were chosen.
     recent: Vec<u16>,
@@ -55,21 +56,6 @@ const _: () = assert!(MAX_SHAPE_KEYS < u16::MAX as usize);
 
 /// Slots of `KeyShape::recent`, a power of two: about four per key of a service's catalogue.
 const RECENT_SLOTS_LOG2: u32 = 10;
-
-/// A key's slot in `KeyShape::recent`, from its length and its first and last eight bytes
-/// (the catalogue's keys differ there: a family's name at the front, the interval at the end).
-#[inline]
-fn recent_slot(key: &[u8]) -> usize {
-    let n = key.len();
-    let word = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("eight bytes"));
-    let (head, tail) = if n >= 8 {
-        (word(0), word(n - 8))
-    } else {
-        (key.iter().fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte)), 0)
-    };
-    let mixed = (head ^ tail.rotate_left(29) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> (64 - RECENT_SLOTS_LOG2)) as usize
-}
 
 /// A `FieldRoute` that borrows nothing from a body: the catalogue's routes.
 #[derive(Clone, Copy)]
@@ -117,7 +103,7 @@ impl KeyShape {
         if self.recent.is_empty() {
             self.recent = vec![0; 1 << RECENT_SLOTS_LOG2];
         }
-        let slot = recent_slot(key);
+        let slot = slot_of(text_bits(key), RECENT_SLOTS_LOG2);
         if let Some(index) = usize::from(self.recent[slot]).checked_sub(1) {
             let stored = &self.keys[index].0;
             if same_bytes(&stored[..stored.len() - 2], key) {
