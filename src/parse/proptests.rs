@@ -295,6 +295,18 @@ proptest! {
         assert_same_as_serde(body.as_bytes())?;
     }
 
+    /// Every text column of the snapshot, with any string (whitespace at its ends, escapes,
+    /// any character): the fast path stores strings there itself.
+    #[test]
+    fn any_string_in_any_text_field(index in any::<prop::sample::Index>(), text in any::<String>(), ascii in any::<bool>()) {
+        use crate::model::fields::{ScalarType, SNAPSHOT_FIELDS};
+        let keys: Vec<&str> = SNAPSHOT_FIELDS.iter().filter(|(_, ty)| *ty == ScalarType::Str).map(|(key, _)| *key).collect();
+        let key = keys[index.index(keys.len())];
+        let value = if ascii { serde_json::to_string(&format!(" {text} ")).unwrap() } else { serde_json::to_string(&text).unwrap() };
+        let body = format!("{{\"data\": {{\"id\": \"x\", \"{key}\": {value}}}}}");
+        assert_same_as_serde(body.as_bytes())?;
+    }
+
     #[test]
     fn any_value_in_any_general_info_field(
         key in prop::sample::select(GENERAL_INFO_KEYS),

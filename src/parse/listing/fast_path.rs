@@ -116,48 +116,48 @@ impl KeyShape {
         Some(index)
     }
 
-    /// The next key of `data` and its route: a catalogue route (`Ok`), or one that borrows
-    /// from this key (`Err`).
+    /// The next key of `data` and its catalogue route; `None` for a key whose route would
+    /// borrow from it (a family the catalogue does not know, say), which the caller routes
+    /// itself. (A small value: the hot loop passes it in registers.)
     #[inline]
-    fn read_key<'de>(&mut self, scanner: &mut Scanner<'de>) -> Option<(&'de str, Result<CachedRoute, FieldRoute>)> {
+    fn read_key<'de>(&mut self, scanner: &mut Scanner<'de>) -> Option<(&'de str, Option<CachedRoute>)> {
         if let Some((expected, route)) = self.keys.get(self.cursor) {
             let route = *route;
             if let Some(key) = scanner.key_if(expected) {
                 self.cursor += 1;
-                return Some((key, Ok(route)));
+                return Some((key, Some(route)));
             }
         }
         let key = scanner.key()?;
         if let Some(index) = self.look_up(key.as_bytes()) {
             self.cursor = index + 1;
-            return Some((key, Ok(self.keys[index].1)));
+            return Some((key, Some(self.keys[index].1)));
         }
-        let route = route_of(key);
-        let Some(cached) = CachedRoute::of(&route) else {
-            return Some((key, Err(route)));
+        let Some(cached) = CachedRoute::of(&route_of(key)) else {
+            return Some((key, None));
         };
         if self.keys.len() < MAX_SHAPE_KEYS {
             self.positions.insert(key.as_bytes().into(), self.keys.len());
             self.keys.push(([key.as_bytes(), b"\":"].concat().into_boxed_slice(), cached));
             self.cursor = self.keys.len();
         }
-        Some((key, Ok(cached)))
+        Some((key, Some(cached)))
     }
 }
 
-/// A field of `data` on the fast path. The two commonest cases, a number in a numeric family
-/// or a snapshot number column and an array of pattern names, are written straight to their
-/// rows, exactly as `route_suffixed` and `convert` would write them (the differential tests in
-/// `proptests.rs` hold the two paths equal); the rest goes through `read_routed_field`.
+/// A field of `data` on the fast path. The commonest cases, a number in a numeric family or a
+/// snapshot number column, an array of pattern names and a string in a snapshot text column,
+/// are written straight to their rows, exactly as `route_suffixed` and `convert` would write
+/// them (the differential tests in `proptests.rs` hold the two paths equal); the rest goes
+/// through `read_routed_field`.
 fn scan_data_field<'de>(
     pending: &mut PendingListing<'de>,
-    route: Result<CachedRoute, FieldRoute>,
+    route: Option<CachedRoute>,
     key: &'de str,
     scanner: &mut Scanner<'de>,
 ) -> Option<()> {
-    let route = match route {
-        Ok(route) => route,
-        Err(route) => return read_routed_field(pending, route, Cow::Borrowed(key), scanner).ok(),
+    let Some(route) = route else {
+        return read_routed_field(pending, route_of(key), Cow::Borrowed(key), scanner).ok();
     };
     match route {
         CachedRoute::Family { name, kind: FamilyKind::Numeric, interval } if scanner.at_number() => {
@@ -172,6 +172,9 @@ fn scan_data_field<'de>(
         }
         CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::F64 && scanner.at_number() => {
             Typed::store(&mut pending.rows.scalars[index], Typed::F64(scanner.number_as_f64()?));
+        }
+        CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::Str && scanner.at_string() => {
+            Typed::store(&mut pending.rows.scalars[index], Typed::Str(scanner.string()?));
         }
         _ => return read_routed_field(pending, route.route(), Cow::Borrowed(key), scanner).ok(),
     }
