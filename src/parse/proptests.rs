@@ -167,15 +167,19 @@ fn shape() -> impl Strategy<Value = Shape> {
     )
 }
 
-/// The realistic bodies the shapes start from: the documented sample, and the Sandbox's.
-fn realistic_bodies() -> Vec<String> {
-    #[allow(unused_mut)]
-    let mut bodies = vec![sample_listing()];
-    #[cfg(feature = "sandbox")]
-    for token in ["bitcoin", "token-3"] {
-        bodies.push(crate::sandbox::body(1, crate::model::Endpoint::Listing, token, 1_795_392_000_000));
-    }
-    bodies
+/// The realistic bodies the shapes start from: the documented sample, and the Sandbox's (made
+/// once: a Sandbox body takes a while to build in a debug build).
+fn realistic_bodies() -> &'static [String] {
+    static BODIES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    BODIES.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut bodies = vec![sample_listing()];
+        #[cfg(feature = "sandbox")]
+        for token in ["bitcoin", "token-3"] {
+            bodies.push(crate::sandbox::body(1, crate::model::Endpoint::Listing, token, 1_795_392_000_000));
+        }
+        bodies
+    })
 }
 
 /// A string's text again, some characters escaped (a surrogate pair for those past U+FFFF).
