@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         endpoint: _core::Endpoint::Listing,
         body: String::new(),
         retry_after: seconds,
+        key_sent: true,
     };
     let policy = _core::RetryPolicy::default();
     assert!(policy.delay(&error, 1) <= Duration::from_secs(60));
