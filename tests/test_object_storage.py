@@ -19,6 +19,7 @@ from history_checks import assert_whole_rounds
 from polars.testing import assert_frame_equal
 
 import defilens
+from defilens.research._day_summaries import CACHE
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
@@ -120,7 +121,7 @@ def test_collect_scan_compact_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> 
     assert pl.scan_delta(f"{root}/snapshot", storage_options=s3).collect().height == 8
     # The audit keeps its day summaries in the bucket, and the next audit reads them.
     report = defilens.audit(root, storage_options=s3)
-    assert any(key.startswith("history/_audit/days/_delta_log/") for key in _keys(bucket, s3))
+    assert any(key.startswith(f"history/{CACHE}/days/_delta_log/") for key in _keys(bucket, s3))
     again = defilens.audit(root, storage_options=s3)
     assert again.coverage.equals(report.coverage) and again.coverage.height
     assert again.coverage.equals(defilens.audit(root, storage_options=s3, cache=False).coverage)

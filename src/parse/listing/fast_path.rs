@@ -41,7 +41,7 @@ pub(super) struct KeyShape {
     keys: Vec<(Box<[u8]>, CachedRoute)>,
     /// Each key's bytes -> its index in `keys`.
     positions: PlHashMap<Box<[u8]>, usize>,
-    /// a key's slot -> 1 + the index in `keys` of the last key looked up there (0: none);
+    /// A key's slot -> 1 + the index in `keys` of the last key looked up there (0: none);
     /// empty until the first lookup. A guess, always checked: a collision only costs the
     /// lookup in `positions`, however the keys were chosen.
     recent: Vec<u16>,
