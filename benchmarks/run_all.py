@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,15 @@ def document(sections: List[Dict[str, object]], quick: bool, seconds: float, loa
     return "\n".join(parts)
 
 
+def kept_sections(previous: str, made: List[str]) -> str:
+    """The sections of an earlier report that this run does not make (benchmarks run by hand, such
+    as the parser's shapes and the research over a history), as they were: a run of the four
+    benchmarks must not erase figures it did not measure."""
+    chunks = re.split(r"(?m)^(?=## )", previous)[1:]
+    kept = [c for c in chunks if not (c.startswith("## Targets:") or c.splitlines()[0][3:] in made)]
+    return "".join(kept)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -83,6 +93,8 @@ def main() -> int:
         sections = [run(script, limit, args.quick, Path(folder)) for script, limit in BENCHMARKS]
     load = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
     text = document(sections, args.quick, time.perf_counter() - started, load)
+    if args.out.exists():
+        text += kept_sections(args.out.read_text(), [str(s["title"]) for s in sections])
     args.out.write_text(text)
     print(text)
     print(f"wrote {args.out}", file=sys.stderr)
