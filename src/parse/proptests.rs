@@ -143,7 +143,7 @@ const KEYS: &[&str] = &[
 struct Shape {
     /// 0 compact, 1 a space after `,` and `:`, 2 pretty-printed, 3 whitespace everywhere JSON allows it.
     spacing: u8,
-    /// `data`'s keys in the order of the body before (false), or shuffled by this seed.
+    /// `data`'s keys in the order of the body before (`None`), or shuffled by this seed.
     shuffle: Option<u64>,
     /// Each member of `data` left out with probability `missing`/8.
     missing: u8,
@@ -229,36 +229,52 @@ fn renumbered(text: &str, next: &mut impl FnMut() -> u64) -> String {
 /// One value's text in the shape: strings and numbers rewritten, containers spaced.
 fn reshaped_value(value: &serde_json::Value, shape: &Shape, depth: usize, next: &mut impl FnMut() -> u64) -> String {
     use serde_json::Value as Json;
-    let (comma, colon, indent) = spacing(shape.spacing, depth + 1);
     match value {
         Json::String(text) if shape.escapes => escaped_string(text, next),
         Json::Number(number) if shape.numbers => renumbered(&number.to_string(), next),
-        Json::Array(items) if !items.is_empty() => {
-            let items: Vec<String> = items.iter().map(|item| reshaped_value(item, shape, depth + 1, next)).collect();
-            format!("[{indent}{}{}]", items.join(&comma), spacing(shape.spacing, depth).2)
+        Json::Array(items) => {
+            let items = items.iter().map(|item| reshaped_value(item, shape, depth + 1, next)).collect();
+            container('[', items, ']', shape.spacing, depth)
         }
-        Json::Object(members) if !members.is_empty() => {
-            let members: Vec<String> = members
+        Json::Object(members) => {
+            let members = members
                 .iter()
-                .map(|(key, value)| format!("{key:?}{colon}{}", reshaped_value(value, shape, depth + 1, next)))
+                .map(|(key, value)| member(key, reshaped_value(value, shape, depth + 1, next), shape.spacing))
                 .collect();
-            format!("{{{indent}{}{}}}", members.join(&comma), spacing(shape.spacing, depth).2)
+            container('{', members, '}', shape.spacing, depth)
         }
         other => other.to_string(),
     }
 }
 
-/// The comma, the colon and the text after an opening bracket, at `depth`.
-fn spacing(style: u8, depth: usize) -> (String, String, String) {
-    match style {
-        0 => (",".into(), ":".into(), String::new()),
-        1 => (", ".into(), ": ".into(), String::new()),
-        2 => {
-            let indent = format!("\n{}", "  ".repeat(depth));
-            (format!(",{indent}"), ": ".into(), indent)
-        }
-        _ => (" \t,\r\n ".into(), " : ".into(), " \n".into()),
+/// `items`, already written, between `open` and `close` in the spacing `style` of a container at
+/// `depth` (0 compact, 1 a space after `,`, 2 pretty-printed, 3 whitespace everywhere JSON allows).
+fn container(open: char, items: Vec<String>, close: char, style: u8, depth: usize) -> String {
+    if items.is_empty() {
+        return format!("{open}{close}");
     }
+    let indent = |depth: usize| match style {
+        0 | 1 => String::new(),
+        2 => format!("\n{}", "  ".repeat(depth)),
+        _ => " \n".into(),
+    };
+    let comma = match style {
+        0 => ",".to_string(),
+        1 => ", ".into(),
+        2 => format!(",{}", indent(depth + 1)),
+        _ => " \t,\r\n ".into(),
+    };
+    format!("{open}{}{}{}{close}", indent(depth + 1), items.join(&comma), indent(depth))
+}
+
+/// A member of an object: its key, the colon in the spacing `style`, its value's text.
+fn member(key: &str, value: String, style: u8) -> String {
+    let colon = match style {
+        0 => ":",
+        1 | 2 => ": ",
+        _ => " : ",
+    };
+    format!("{key:?}{colon}{value}")
 }
 
 /// `body` written out again in `shape`; `order` is `data`'s key order of the body before, and
@@ -277,13 +293,11 @@ fn reshaped(body: &str, shape: &Shape, order: &mut Vec<String>) -> String {
     }
     keys.retain(|_| next() % 8 >= u64::from(shape.missing));
     order.clone_from(&keys);
-    let (comma, colon, indent) = spacing(shape.spacing, 2);
-    let members: Vec<String> =
-        keys.iter().map(|key| format!("{key:?}{colon}{}", reshaped_value(&data[key], shape, 2, &mut next))).collect();
-    let data = format!("{{{indent}{}{}}}", members.join(&comma), spacing(shape.spacing, 1).2);
+    let style = shape.spacing;
+    let members = keys.iter().map(|key| member(key, reshaped_value(&data[key], shape, 2, &mut next), style)).collect();
+    let data = container('{', members, '}', style, 1);
     let info = reshaped_value(&document["generalInfo"], shape, 1, &mut next);
-    let (comma, colon, indent) = spacing(shape.spacing, 1);
-    format!("{{{indent}\"data\"{colon}{data}{comma}\"generalInfo\"{colon}{info}{}}}", spacing(shape.spacing, 0).2)
+    container('{', vec![member("data", data, style), member("generalInfo", info, style)], '}', style, 0)
 }
 
 const GENERAL_INFO_KEYS: &[&str] =
@@ -302,11 +316,11 @@ proptest! {
     /// Every text column of the snapshot, with any string (whitespace at its ends, escapes,
     /// any character): the fast path stores strings there itself.
     #[test]
-    fn any_string_in_any_text_field(index in any::<prop::sample::Index>(), text in any::<String>(), ascii in any::<bool>()) {
+    fn any_string_in_any_text_field(index in any::<prop::sample::Index>(), text in any::<String>(), padded in any::<bool>()) {
         use crate::model::fields::{ScalarType, SNAPSHOT_FIELDS};
         let keys: Vec<&str> = SNAPSHOT_FIELDS.iter().filter(|(_, ty)| *ty == ScalarType::Str).map(|(key, _)| *key).collect();
         let key = keys[index.index(keys.len())];
-        let value = if ascii { serde_json::to_string(&format!(" {text} ")).unwrap() } else { serde_json::to_string(&text).unwrap() };
+        let value = if padded { serde_json::to_string(&format!(" {text} ")).unwrap() } else { serde_json::to_string(&text).unwrap() };
         let body = format!("{{\"data\": {{\"id\": \"x\", \"{key}\": {value}}}}}");
         assert_same_as_serde(body.as_bytes())?;
     }

@@ -1,10 +1,11 @@
 //! Parse-only rates of serde_json, sonic-rs and simd-json beside the core's `parse_listings`
 //! (bodies to frames), one thread, on the shapes `bench_parse.py --shapes --dump DIR` writes.
 //!
-//!     taskset -c 0 cargo run --release -- DIR [runs]
+//!     taskset -c 0 cargo run --release -- DIR [runs] [shape]
 //!
 //! Each file of DIR is one shape: bodies as a little-endian u32 length and the bytes; a file
-//! whose name says `markets` holds markets bodies.
+//! whose name says `markets` holds markets bodies. With a third argument only the files whose
+//! name holds it are read, and by the core alone (for a profiler).
 
 use std::path::Path;
 use std::time::Instant;
@@ -59,23 +60,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let folder = args.next().expect("the folder bench_parse.py --dump wrote");
     let runs = args.next().map_or(5, |r| r.parse().expect("a number of runs"));
-    // A third argument names the one shape to read, with the core alone (for a profiler).
     let only = args.next();
     let mut files: Vec<_> = std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
+    files.retain(|file| only.as_ref().is_none_or(|only| file.to_string_lossy().contains(only.as_str())));
     files.sort();
-    #[cfg(feature = "frames")]
-    if let Some(only) = only {
-        for file in files.iter().filter(|f| f.to_string_lossy().contains(&only)) {
-            let bodies = bodies(file);
-            let markets = file.to_string_lossy().contains("markets");
-            let megabytes = bodies.iter().map(Vec::len).sum::<usize>() as f64 / 1e6;
-            let seconds = best(runs, || core_frames(&bodies, markets));
-            println!("{}: {:.0} MB/s", file.display(), megabytes / seconds);
-        }
-        return;
+    if only.is_none() {
+        println!("| shape | MB | defilens frames | serde_json, IgnoredAny | sonic-rs, IgnoredAny | sonic-rs, Value | simd-json, tape (with the copy it needs) |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
     }
-    println!("| shape | MB | defilens frames | serde_json, IgnoredAny | sonic-rs, IgnoredAny | sonic-rs, Value | simd-json, tape (with the copy it needs) |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
     for file in files {
         let bodies = bodies(&file);
         let megabytes = bodies.iter().map(Vec::len).sum::<usize>() as f64 / 1e6;
@@ -87,6 +79,10 @@ fn main() {
         };
         #[cfg(not(feature = "frames"))]
         let frames = "-".to_string();
+        if only.is_some() {
+            println!("{}: {frames} MB/s", file.display());
+            continue;
+        }
         let serde = best(runs, || {
             for body in &bodies {
                 std::hint::black_box(serde_json::from_slice::<IgnoredAny>(body).unwrap());
