@@ -18,6 +18,26 @@ fn sandbox_bodies_read_the_same_as_with_serde_json() {
     }
 }
 
+/// Keys the catalogue does not know (new families, an unknown interval, anything else) are
+/// remembered by the fast path like the others, their routes worked out from the key in every
+/// body: the same rows as serde_json's, body after body.
+#[test]
+fn unknown_keys_in_bodies_in_a_row() {
+    let bodies: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                r#"{{"data": {{"id": "x", "flag_pattern_15m": ["Bull Flag {i}"], "mystery_1h": {i}, "trend_4h": "up {i}",
+                "rsi14_1m": {i}, "wedge_pattern_2h": ["Wedge"], "something_else": {{"a": [{i}]}}, "rsi14_1h": 5{i}}}}}"#
+            )
+        })
+        .collect();
+    assert_sequence_same_as_serde(&bodies).unwrap();
+    let mut builder = ListingBuilder::new(bodies.len());
+    for body in &bodies {
+        assert!(builder.reads_on_the_fast_path(body.as_bytes()));
+    }
+}
+
 #[cfg(feature = "sandbox")]
 #[test]
 fn sandbox_markets_bodies_read_the_same_as_with_serde_json() {

@@ -37,7 +37,7 @@ impl<'de> FieldValues<'de> for Scanner<'de> {
 /// come in any order are then read nearly as fast as those in the remembered order.
 #[derive(Default)]
 pub(super) struct KeyShape {
-    /// Each key's bytes followed by `":`, as `Scanner::key_if` compares them.
+    /// Each key's bytes followed by `":`, as `Scanner::key_if` compares them, and its route.
     keys: Vec<(Box<[u8]>, CachedRoute)>,
     /// Each key's bytes -> its index in `keys`.
     positions: PlHashMap<Box<[u8]>, usize>,
@@ -57,29 +57,36 @@ const _: () = assert!(MAX_SHAPE_KEYS < u16::MAX as usize);
 /// Slots of `KeyShape::recent`, a power of two: about four per key of a service's catalogue.
 const RECENT_SLOTS_LOG2: u32 = 10;
 
-/// A `FieldRoute` that borrows nothing from a body: the catalogue's routes.
+/// A `FieldRoute` that borrows nothing from a body: the catalogue's routes, or a mark that the
+/// route is worked out from the key each time.
 #[derive(Clone, Copy)]
 enum CachedRoute {
     Snapshot(usize),
-    Family { name: &'static str, kind: FamilyKind, interval: Interval },
+    Family {
+        name: &'static str,
+        kind: FamilyKind,
+        interval: Interval,
+    },
     TaUpdated(Interval),
     Ignored,
+    /// A route that holds text of its key (a family the catalogue does not know, say).
+    FromKey,
 }
 
 impl CachedRoute {
-    fn of(route: &FieldRoute) -> Option<Self> {
-        Some(match route {
+    fn of(route: &FieldRoute) -> Self {
+        match route {
             FieldRoute::Snapshot(index) => Self::Snapshot(*index),
             FieldRoute::Suffixed(OwnedSuffixed::Family { name: Cow::Borrowed(name), kind: Some(kind), interval }) => {
                 Self::Family { name, kind: *kind, interval: *interval }
             }
             FieldRoute::Suffixed(OwnedSuffixed::TaUpdated(interval)) => Self::TaUpdated(*interval),
             FieldRoute::Ignored => Self::Ignored,
-            _ => return None,
-        })
+            _ => Self::FromKey,
+        }
     }
 
-    fn route(self) -> FieldRoute {
+    fn route(self, key: &str) -> FieldRoute {
         match self {
             Self::Snapshot(index) => FieldRoute::Snapshot(index),
             Self::Family { name, kind, interval } => {
@@ -87,6 +94,7 @@ impl CachedRoute {
             }
             Self::TaUpdated(interval) => FieldRoute::Suffixed(OwnedSuffixed::TaUpdated(interval)),
             Self::Ignored => FieldRoute::Ignored,
+            Self::FromKey => route_of(key),
         }
     }
 }
@@ -116,32 +124,28 @@ impl KeyShape {
         Some(index)
     }
 
-    /// The next key of `data` and its catalogue route; `None` for a key whose route would
-    /// borrow from it (a family the catalogue does not know, say), which the caller routes
-    /// itself. (A small value: the hot loop passes it in registers.)
+    /// The next key of `data` and its route. (A small value: the hot loop passes it in registers.)
     #[inline]
-    fn read_key<'de>(&mut self, scanner: &mut Scanner<'de>) -> Option<(&'de str, Option<CachedRoute>)> {
+    fn read_key<'de>(&mut self, scanner: &mut Scanner<'de>) -> Option<(&'de str, CachedRoute)> {
         if let Some((expected, route)) = self.keys.get(self.cursor) {
             let route = *route;
             if let Some(key) = scanner.key_if(expected) {
                 self.cursor += 1;
-                return Some((key, Some(route)));
+                return Some((key, route));
             }
         }
         let key = scanner.key()?;
         if let Some(index) = self.look_up(key.as_bytes()) {
             self.cursor = index + 1;
-            return Some((key, Some(self.keys[index].1)));
+            return Some((key, self.keys[index].1));
         }
-        let Some(cached) = CachedRoute::of(&route_of(key)) else {
-            return Some((key, None));
-        };
+        let cached = CachedRoute::of(&route_of(key));
         if self.keys.len() < MAX_SHAPE_KEYS {
             self.positions.insert(key.as_bytes().into(), self.keys.len());
             self.keys.push(([key.as_bytes(), b"\":"].concat().into_boxed_slice(), cached));
             self.cursor = self.keys.len();
         }
-        Some((key, Some(cached)))
+        Some((key, cached))
     }
 }
 
@@ -152,13 +156,10 @@ impl KeyShape {
 /// through `read_routed_field`.
 fn scan_data_field<'de>(
     pending: &mut PendingListing<'de>,
-    route: Option<CachedRoute>,
+    route: CachedRoute,
     key: &'de str,
     scanner: &mut Scanner<'de>,
 ) -> Option<()> {
-    let Some(route) = route else {
-        return read_routed_field(pending, route_of(key), Cow::Borrowed(key), scanner).ok();
-    };
     match route {
         CachedRoute::Family { name, kind: FamilyKind::Numeric, interval } if scanner.at_number() => {
             let number = scanner.number_as_f64()?;
@@ -176,7 +177,7 @@ fn scan_data_field<'de>(
         CachedRoute::Snapshot(index) if SNAPSHOT_FIELDS[index].1 == ScalarType::Str && scanner.at_string() => {
             Typed::store(&mut pending.rows.scalars[index], Typed::Str(scanner.string()?));
         }
-        _ => return read_routed_field(pending, route.route(), Cow::Borrowed(key), scanner).ok(),
+        _ => return read_routed_field(pending, route.route(key), Cow::Borrowed(key), scanner).ok(),
     }
     Some(())
 }
