@@ -22,7 +22,7 @@ import random
 import re
 import struct
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import orjson
 
@@ -217,22 +217,33 @@ def _parse_only(parser: Any, texts: List[bytes]) -> None:
 
 def _frames_bytes(frames: Any) -> int:
     """What the Arrow buffers of a batch's frames hold (a Frames, or parse_many's dict)."""
-    named = frames[0] if isinstance(frames, tuple) else {name: getattr(frames, name) for name in FRAME_NAMES}
+    named = frames[0] if isinstance(frames, tuple) else {name: getattr(frames, name) for name in _core.FRAME_NAMES}
     return sum(_core.frame_buffer_bytes(frame) for frame in named.values())
-
-
-FRAME_NAMES = ("snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "drift")
 
 
 def _write_fresh(size: int) -> None:
     """Writes ``size`` bytes to memory fresh from the system and gives it back, as a parse fills
     and a caller frees its frames: every 4 KiB page faulted in, charged, written and unmapped."""
     region = mmap.mmap(-1, size)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    ctypes.memset(address, 1, size)
-    # The pointer into the mapping is gone once memset returns; closing unmaps it.
-    del address
+    view = ctypes.c_char.from_buffer(region)
+    ctypes.memset(ctypes.addressof(view), 1, size)
+    del view  # the mapping cannot be closed (unmapped) while a view of it is exported
     region.close()
+
+
+def _shape_result(
+    megabytes: float, one: float, two: Optional[float], parse_only: float, frames: Any, runs: int
+) -> Dict[str, Any]:
+    """A shape's figures, with the frames' size and the time to write that many bytes afresh."""
+    frames_bytes = _frames_bytes(frames)
+    return {
+        "MB": megabytes,
+        "one core": one,
+        "two cores": two,
+        "simdjson": parse_only,
+        "frames MB": frames_bytes / 1e6,
+        "writing frames": _on_cores(1, lambda: _write_fresh(frames_bytes), runs),
+    }
 
 
 def _on_cores(cores: int, function: Callable[[], object], runs: int) -> float:
@@ -273,33 +284,16 @@ def measure_shapes(n: int, runs: int) -> Dict[str, Any]:
             else None
         )
         parse_only = _on_cores(1, lambda texts=texts: _parse_only(reference, texts), runs)
-        frames_bytes = _frames_bytes(frames)
-        writing = _on_cores(1, lambda size=frames_bytes: _write_fresh(size), runs)
-        results[shape] = {
-            "MB": megabytes,
-            "one core": one,
-            "two cores": two,
-            "simdjson": parse_only,
-            "frames MB": frames_bytes / 1e6,
-            "writing frames": writing,
-        }
+        results[shape] = _shape_result(megabytes, one, two, parse_only, frames, runs)
         print(f"{shape}: {megabytes / one:,.0f} MB/s on one core, simdjson {megabytes / parse_only:,.0f}", flush=True)
     # Markets bodies, as a collect parses a round's (one call for all of them, on one thread).
     markets = markets_bodies(n)
     ids, stamps = [f"token-{i}" for i in range(n)], [None] * n
     megabytes = sum(map(len, markets)) / 1e6
+    frames = _core.parse_many("markets", markets, ids, stamps)
     one = _on_cores(1, lambda: _core.parse_many("markets", markets, ids, stamps), runs)
     parse_only = _on_cores(1, lambda: _parse_only(reference, markets), runs)
-    frames_bytes = _frames_bytes(_core.parse_many("markets", markets, ids, stamps))
-    writing = _on_cores(1, lambda: _write_fresh(frames_bytes), runs)
-    results[MARKETS_SHAPE] = {
-        "MB": megabytes,
-        "one core": one,
-        "two cores": None,
-        "simdjson": parse_only,
-        "frames MB": frames_bytes / 1e6,
-        "writing frames": writing,
-    }
+    results[MARKETS_SHAPE] = _shape_result(megabytes, one, None, parse_only, frames, runs)
     print(f"markets: {megabytes / one:,.0f} MB/s on one core, simdjson {megabytes / parse_only:,.0f}", flush=True)
     return results
 
