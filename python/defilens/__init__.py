@@ -21,7 +21,7 @@ from ._core import __version__
 from ._exceptions import *  # noqa: F403
 from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
-from .history import collect, compact, convert, reparse, scan
+from .history import collect, compact, convert, reparse, scan, versions
 from .research import Audit, asof, audit, panel, verify
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "read",
     "collect",
     "scan",
+    "versions",
     "compact",
     "convert",
     "reparse",

@@ -8,15 +8,18 @@ a local folder and a bucket take one code path, and the options mean the same to
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from urllib.parse import unquote
 
 from .._exceptions import HistoryError
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from obstore.store import ObjectStore
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -29,6 +32,8 @@ INSTALL_HINT = 'pip install "deltalake>=1.6,<2" "obstore>=0.12,<1" (the history 
 _GLOB = re.compile(r"[*?\[\]{}]")
 #: A folder named like a Hive partition (``date=2026-01-01``): readers would take its name for a column.
 _HIVE_FOLDER = re.compile(r"^[^=/]+=[^/]*$")
+#: Control characters by name; object_store refuses every one of them in a path.
+_CONTROL_NAMES = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
 
 #: How long one request to object storage may take, and how long its retries may go on, unless
 #: the caller's ``storage_options`` say otherwise: an endpoint that accepts connections and
@@ -93,6 +98,15 @@ class Root:
         """The URI of one table (delta-rs and polars take it as it is)."""
         return f"{self.url}/{name}" if not self.is_local else str(Path(self.url) / name)
 
+    def open_table(self, name: str) -> "DeltaTable":
+        """The Delta table ``name`` under the root at its newest version, opened so that polars
+        can read it whatever the folder's name (see `readable_table_class`). Raises deltalake's
+        errors (``TableNotFoundError`` when there is none)."""
+        deltalake = require("deltalake")
+        kind = readable_table_class() if self.is_local else deltalake.DeltaTable
+        table: "DeltaTable" = kind(self.table(name), storage_options=self.options())
+        return table
+
     def options(self) -> "Optional[dict[str, str]]":
         """``storage_options`` for delta-rs and polars (None for a local root)."""
         return None if self.is_local else dict(self.storage_options)
@@ -134,12 +148,45 @@ class Root:
         return self.url
 
 
+@functools.lru_cache(maxsize=None)
+def readable_table_class() -> type:
+    """A `deltalake.DeltaTable` whose ``file_uris()`` are plain local paths. delta-rs gives them
+    percent-encoded (``with%20space``, ``%C3%A9``) and polars' ``scan_delta`` opens what it is
+    given literally, so a table under a folder with a space, ``#`` or a non-ASCII name could be
+    written but not read (pola-rs/polars#20944). Only for local roots: an object store URL is
+    decoded by the store."""
+    deltalake = require("deltalake")
+
+    class ReadableDeltaTable(deltalake.DeltaTable):  # type: ignore[misc,name-defined]
+        def file_uris(self, *args: Any, **kwargs: Any) -> "list[str]":
+            return [unquote(uri) for uri in super().file_uris(*args, **kwargs)]
+
+    return ReadableDeltaTable
+
+
+def _unusable(path: str) -> Optional[str]:
+    """What in a local path delta-rs cannot keep in a table's path, named for a user, or None."""
+    for char in path:
+        if ord(char) < 32 or ord(char) == 127:
+            return _CONTROL_NAMES.get(char, f"the control character U+{ord(char):04X}")
+    if os.sep == "/" and "\\" in path:
+        return "a backslash (delta-rs reads it as a folder separator)"
+    if "%" in path:
+        # delta-rs reads % and two hex digits as an escaped character (a folder named %20 becomes a
+        # table at " "), and DuckDB's delta_scan cannot open a table under any folder with a %.
+        return "a '%' (delta-rs reads % and two hex digits as an escaped character; DuckDB cannot open such a path)"
+    return None
+
+
 def root_of(path: PathLike, storage_options: StorageOptions = None) -> Root:
     """Checks a history root given by a user and returns it normalized.
 
     Refused with a `ValueError` that says why: an empty path (which would mean the current
     folder), a path with glob characters or a ``key=value`` folder (other engines would read
-    them as a pattern or a partition column), options for a local path."""
+    them as a pattern or a partition column), options for a local path, and a local path that
+    delta-rs cannot keep in a table's path (a control character such as a tab or a newline, a
+    backslash, a ``%``), naming the character, before anything is created. Spaces, ``#`` and
+    non-ASCII names work. A ``file://`` URL is decoded."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(
             f"a history root is a folder path or a URL such as s3://bucket/prefix, got {type(path).__name__}"
@@ -152,7 +199,7 @@ def root_of(path: PathLike, storage_options: StorageOptions = None) -> Root:
             "the history root is empty: give a folder such as history/ or a URL such as s3://bucket/prefix"
         )
     if text.startswith("file://"):
-        text = text[len("file://") :]
+        text = unquote(text[len("file://") :])
     remote = "://" in text
     if _GLOB.search(text):
         raise ValueError(
@@ -176,6 +223,12 @@ def root_of(path: PathLike, storage_options: StorageOptions = None) -> Root:
     if storage_options:
         raise ValueError("storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths")
     folder = Path(text).expanduser().absolute()
+    unusable = _unusable(str(folder))
+    if unusable:
+        raise ValueError(
+            f"the history root {str(folder)!r} has {unusable} in its path, which a Delta table's path cannot hold: "
+            "choose a folder name without it"
+        )
     if folder.exists() and not folder.is_dir():
         raise HistoryError(f"the history root {text!r} is a file; give a folder")
     return Root(str(folder))

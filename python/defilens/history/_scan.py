@@ -1,17 +1,32 @@
-"""Reading a history: one table as a `pl.LazyFrame`, now or as it was."""
+"""Reading a history: one table as a `pl.LazyFrame`, now or as it was (time travel), and the
+versions a table keeps.
+
+Time travel goes by the tables' own commit timestamps (the ``timestamp`` each commit records,
+which `versions` lists), not by the log files' modification times that delta-rs's
+``load_as_version(datetime)`` uses: a history copied or synced elsewhere keeps its moments, and
+what `versions` shows is what ``as_of`` means. A moment that the kept log does not reach, or
+that is before a table's first round, is refused with how far time travel reaches, never
+answered with another version's rows.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping, Optional, Union
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 import polars as pl
 
 from .._exceptions import HistoryError
-from ._layout import State, check_not_converting, convert_hint, state, states
-from ._root import PathLike, Root, require_history, root_of
+from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
+from ._root import PathLike, Root, require, require_history, root_of
 from ._rounds import empty_table
 from ._tables import RAW, TABLES, frame_schema, load, one_line, restore
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 #: A moment (naive means UTC) or a table version number.
 AsOf = Union[dt.datetime, int, None]
@@ -51,9 +66,11 @@ def scan_table(root: Root, name: str, as_of: AsOf = None) -> pl.LazyFrame:
         raise HistoryError(convert_hint(root))
     if found is State.FOREIGN:
         raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
-    table = load(root, name, as_of)  # a version that is gone fails here, with what to do
+    table = load(root, name)
     if table is None:
         return empty_table(name).lazy()
+    if as_of is not None:
+        table = travel(root, name, table, as_of)  # what the log does not reach fails here, saying how far it does
     try:
         lazy = restore(pl.scan_delta(table))
     except (OSError, ValueError, pl.exceptions.PolarsError) as error:
@@ -63,6 +80,152 @@ def scan_table(root: Root, name: str, as_of: AsOf = None) -> pl.LazyFrame:
             raise HistoryError(f"cannot read {root.table(name)!r}{_when(as_of)}: {one_line(error)}") from None
         raise
     return lazy
+
+
+# -- time travel ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One kept version of a table: its number, its commit timestamp and what its commit recorded."""
+
+    version: int
+    at: dt.datetime
+    info: Mapping[str, Any]
+
+
+def _moment(milliseconds: Any) -> dt.datetime:
+    return dt.datetime.fromtimestamp(int(milliseconds) / 1000, dt.timezone.utc)
+
+
+def _show(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def commits(root: Root, name: str, table: "DeltaTable") -> List[Commit]:
+    """The table's kept commits, oldest first, from its log (``DeltaTable.history``)."""
+    deltalake = require("deltalake")
+    try:
+        entries = table.history()
+    except (OSError, deltalake.exceptions.DeltaError) as error:
+        raise HistoryError(f"cannot read the log of {root.table(name)!r}: {one_line(error)}") from None
+    if not entries:
+        # delta-rs 1.6 lists no history at all for a table under a folder whose name has a '#'.
+        entries = _history_from_log(root, name)
+    found = [
+        Commit(int(entry["version"]), _moment(entry["timestamp"]), entry)
+        for entry in entries
+        if entry.get("version") is not None and entry.get("timestamp") is not None
+    ]
+    return sorted(found, key=lambda commit: commit.version)
+
+
+_COMMIT_FILE = re.compile(r"(\d{20})\.json")
+
+
+def _history_from_log(root: Root, name: str) -> "List[Dict[str, Any]]":
+    """What ``DeltaTable.history`` gives, read from the log's commit files through obstore."""
+    obstore = require("obstore")
+    store = root.store()
+    entries: "List[Dict[str, Any]]" = []
+    try:
+        listed = [meta for batch in obstore.list(store, prefix=f"{name}/{DELTA_LOG}/") for meta in batch]
+        for meta in listed:
+            match = _COMMIT_FILE.fullmatch(meta["path"].rsplit("/", 1)[-1])
+            if not match:
+                continue
+            entry: "Dict[str, Any]" = {"timestamp": int(meta["last_modified"].timestamp() * 1000)}
+            for line in bytes(obstore.get(store, meta["path"]).bytes()).splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "commitInfo" in action:
+                    entry.update(action["commitInfo"])
+                    break
+            entry["version"] = int(match.group(1))
+            entries.append(entry)
+    except FileNotFoundError:
+        return []
+    except Exception as error:  # obstore's errors, OSError, a commit that is not JSON
+        raise HistoryError(f"cannot read the log of {root.table(name)!r}: {one_line(error)}") from None
+    return entries
+
+
+def oldest_kept(root: Root, name: str, history: List[Commit]) -> Commit:
+    """The oldest commit whose version can still be loaded: log cleanup removes the commits before
+    a checkpoint, and the checkpoint's own version is the first that loads."""
+    for commit in history:
+        if commit.version == 0:
+            return commit  # the whole log from the start
+        try:
+            load(root, name, commit.version)
+        except HistoryError:
+            continue
+        return commit
+    raise HistoryError(f"the log of {root.table(name)!r} holds no version that can be loaded")
+
+
+def _created(table: "DeltaTable") -> Optional[dt.datetime]:
+    created = table.metadata().created_time
+    return None if created is None else _moment(created)
+
+
+def _is_empty_creation(root: Root, name: str, commit: Commit) -> bool:
+    """Whether ``commit`` is the version 0 that `create` commits: the table without rows."""
+    if commit.version != 0:
+        return False
+    table = load(root, name, 0)
+    return table is not None and not table.file_uris()
+
+
+def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime, int]) -> "DeltaTable":
+    """``table`` at ``as_of`` (a table version, or a moment: the newest version whose commit and
+    every commit before it were made at or before it), or `HistoryError` saying how far time
+    travel reaches."""
+    uri = root.table(name)
+    newest = table.version()
+    if isinstance(as_of, int):
+        if as_of > newest:
+            raise HistoryError(f"{uri!r} has no version {as_of}: the newest version is {newest}")
+        try:
+            found = load(root, name, as_of)
+        except HistoryError:
+            oldest = oldest_kept(root, name, commits(root, name, table))
+            if as_of >= oldest.version:
+                raise
+            raise HistoryError(
+                f"version {as_of} of {uri!r} is no longer kept: time travel reaches back to version {oldest.version} "
+                f"(committed {_show(oldest.at)}); compaction removes older versions after its retention (see "
+                "defilens.compact)"
+            ) from None
+        assert found is not None
+        return found
+    history = commits(root, name, table)
+    oldest = oldest_kept(root, name, history)
+    kept = [commit for commit in history if commit.version >= oldest.version]
+    chosen: Optional[Commit] = None
+    latest: Optional[dt.datetime] = None
+    for commit in kept:
+        latest = commit.at if latest is None else max(latest, commit.at)
+        if latest > as_of:
+            break  # a commit after the moment (or one whose clock ran ahead): the versions from here are later
+        chosen = commit
+    first = kept[1] if len(kept) > 1 and _is_empty_creation(root, name, kept[0]) else kept[0]
+    if chosen is None or chosen.version < first.version:
+        created = _created(table)
+        if created is not None and as_of < created:
+            why = f"the table was created {_show(created)}"
+        elif oldest.version == 0:
+            why = "no round had been committed to it yet" + (f" (created {_show(created)})" if created else "")
+        else:
+            why = "compaction removed the versions before it after its retention (see defilens.compact)" + (
+                f"; the table was created {_show(created)}" if created else ""
+            )
+        raise HistoryError(
+            f"time travel in {uri!r} reaches back to {_show(first.at)} (version {first.version}), not to "
+            f"{_show(as_of)}: {why}"
+        )
+    found = load(root, name, chosen.version)
+    assert found is not None
+    return found
 
 
 def _when(as_of: AsOf) -> str:
@@ -85,9 +248,13 @@ def scan(
     selections are pushed down into the Delta scan, so a query for one token or one day reads
     only what it needs.
 
-    ``as_of`` reads the table as it was: at a moment (a datetime; naive means UTC) or at a table
-    version number (each table has its own). Time travel reaches back as far as the table's log
-    and data files are kept (a week by default; see `defilens.compact`).
+    ``as_of`` reads the table as it was: at a moment (a datetime; naive means UTC), by the commit
+    timestamps that `versions` lists, or at a table version number (each table has its own; they
+    are the numbers every Delta reader uses: version 0 is the table's creation, empty, and version
+    1 its first round). Time travel reaches back as far as the table's log is kept (a week by
+    default; see `defilens.compact`) and no further back than the table's first round: an older
+    moment or version, or a version past the newest, raises `HistoryError` saying how far it
+    reaches. `versions` lists what is kept.
 
     ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
     ``storage_options``. polars' ``pl.scan_delta(path + "/indicators")``, DuckDB's
@@ -103,4 +270,72 @@ def scan(
     return scan_table(root, frame, as_of)
 
 
-__all__ = ["scan", "frame_schema", "RAW"]
+def versions(
+    path: PathLike,
+    frame: str = "indicators",
+    *,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> pl.DataFrame:
+    """The versions of one table of a history that time travel can still reach, oldest first:
+    ``version``, ``committed_at`` (the commit timestamp, what ``scan(..., as_of=moment)`` goes
+    by), ``operation`` (``WRITE`` for a round and for the table's creation, ``OPTIMIZE`` for
+    compaction, ...), ``rows_added``, ``files_added``, ``files_removed``, and for a round's
+    commit its ``collector``, ``round`` number and ``round_start``.
+
+    Version 0 is the table's creation, without rows; after `defilens.compact` versions no longer
+    count rounds (compaction commits too), so look a round up here. For example
+    ``defilens.history.versions("history/", "indicators").filter(pl.col("round").is_not_null())``.
+    """
+    if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
+        raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
+    root = open_for_reading(path, storage_options)
+    name = "log" if frame == "errors" else frame
+    rows: "List[Dict[str, Any]]" = []
+    table = load(root, name) if state(root, name) is State.DELTA else None
+    if table is not None:
+        history = commits(root, name, table)
+        oldest = oldest_kept(root, name, history)
+        for commit in history:
+            if commit.version < oldest.version:
+                continue
+            info = commit.info
+            metrics = info.get("operationMetrics") or {}
+            start = info.get("defilens.round_start")
+            rows.append(
+                {
+                    "version": commit.version,
+                    "committed_at": commit.at,
+                    "operation": info.get("operation"),
+                    "rows_added": _metric(metrics, "num_added_rows", "numOutputRows"),
+                    "files_added": _metric(metrics, "num_added_files", "numFilesAdded"),
+                    "files_removed": _metric(metrics, "num_removed_files", "numFilesRemoved"),
+                    "collector": info.get("defilens.collector"),
+                    "round": int(info["defilens.round"]) if info.get("defilens.round") is not None else None,
+                    "round_start": dt.datetime.fromisoformat(start) if start else None,
+                }
+            )
+    return pl.DataFrame(rows, schema=VERSIONS_SCHEMA, orient="row")
+
+
+#: The columns of `versions`.
+VERSIONS_SCHEMA: Dict[str, pl.DataType] = {
+    "version": pl.Int64(),
+    "committed_at": pl.Datetime("ms", "UTC"),
+    "operation": pl.String(),
+    "rows_added": pl.Int64(),
+    "files_added": pl.Int64(),
+    "files_removed": pl.Int64(),
+    "collector": pl.String(),
+    "round": pl.Int64(),
+    "round_start": pl.Datetime("ms", "UTC"),
+}
+
+
+def _metric(metrics: Mapping[str, Any], *names: str) -> Optional[int]:
+    for key in names:
+        if metrics.get(key) is not None:
+            return int(metrics[key])
+    return None
+
+
+__all__ = ["scan", "versions", "frame_schema", "RAW"]

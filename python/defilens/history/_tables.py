@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -84,11 +84,14 @@ def restore(lazy: pl.LazyFrame) -> pl.LazyFrame:
     return lazy.with_columns(casts) if casts else lazy
 
 
-def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
-    """The table ``name`` of ``root`` (at ``version``: a number or a datetime), or None."""
+def load(root: Root, name: str, version: Optional[int] = None) -> "Optional[DeltaTable]":
+    """The table ``name`` of ``root`` (at table version ``version``), or None when there is none.
+
+    A version is loaded as it is asked for: which versions time travel may ask for, and what a
+    moment means, `defilens.history._scan` decides (from the kept log) and says."""
     deltalake = require("deltalake")
     try:
-        table = deltalake.DeltaTable(root.table(name), storage_options=root.options())
+        table = root.open_table(name)
     except deltalake.exceptions.TableNotFoundError:
         return None
     except (OSError, deltalake.exceptions.DeltaError) as error:
@@ -97,10 +100,7 @@ def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
         try:
             table.load_as_version(version)
         except (OSError, ValueError, deltalake.exceptions.DeltaError) as error:
-            raise HistoryError(
-                f"{root.table(name)!r} has no version at {version!r} ({one_line(error)}): time travel reaches back as "
-                "far as the log and data files kept (a week by default; see defilens.compact's retention)"
-            ) from None
+            raise HistoryError(f"cannot load version {version} of {root.table(name)!r}: {one_line(error)}") from None
     return table
 
 

@@ -256,7 +256,7 @@ def _table(root: Root, name: str) -> str:
 def _read(root: Root, name: str) -> Optional[pl.LazyFrame]:
     deltalake = require("deltalake")
     try:
-        table = deltalake.DeltaTable(_table(root, name), storage_options=root.options())
+        table = root.open_table(f"{CACHE}/{name}")  # readable by polars under any folder name
     except deltalake.exceptions.TableNotFoundError:
         return None
     return restore(pl.scan_delta(table))

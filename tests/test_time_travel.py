@@ -1,0 +1,166 @@
+"""Time travel never answers wrong: a moment or version that the kept log does not reach, or that
+is before a table's first round, raises `HistoryError` saying how far time travel reaches, and
+what it answers is the table as it was. Log cleanup is driven with real file ages: the log's
+files are made hours old and `defilens.compact` with a one-hour retention removes them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import time
+from pathlib import Path
+from typing import List
+
+import polars as pl
+import pytest
+
+import defilens
+from defilens.history import versions
+from defilens.history._root import root_of
+from defilens.history._tables import create, frame_schema, to_disk
+from defilens.testing import Sandbox
+
+UTC = dt.timezone.utc
+TOKENS = ["bitcoin", "ethereum"]
+SECONDS_PER_HOUR = 3600
+
+
+def _collect(root: Path, rounds: int) -> int:
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        return client.collect(
+            TOKENS, "0.01s", count=rounds, out=root, raw=False, on_round=lambda n, f: sandbox.advance("1h")
+        )
+
+
+def _show(moment: dt.datetime) -> str:
+    """How the errors write a moment."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _log_versions(table: Path) -> List[int]:
+    return sorted(int(name[:20]) for name in os.listdir(table / "_delta_log") if re.fullmatch(r"\d{20}\.json", name))
+
+
+def _created(table: Path) -> dt.datetime:
+    """When the table was created, as its metadata records it (kept by every checkpoint)."""
+    from deltalake import DeltaTable
+
+    return dt.datetime.fromtimestamp(DeltaTable(str(table)).metadata().created_time / 1000, UTC)
+
+
+def _checkpoints(table: Path) -> List[int]:
+    names = os.listdir(table / "_delta_log")
+    return sorted(int(name[:20]) for name in names if re.fullmatch(r"\d{20}\.checkpoint\.parquet", name))
+
+
+def _age_log(table: Path, hours: float) -> None:
+    """Makes every file of the table's log ``hours`` old, as if written then."""
+    then = time.time() - hours * SECONDS_PER_HOUR
+    for name in os.listdir(table / "_delta_log"):
+        os.utime(table / "_delta_log" / name, (then, then))
+
+
+def test_a_moment_before_the_first_round_or_the_table_raises(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    long_ago = dt.datetime(2020, 1, 1)  # naive: UTC
+    # The table is created empty (as collect's first commit to it does), then its first round lands.
+    create(root_of(root), "snapshot", to_disk(pl.DataFrame(schema=frame_schema("snapshot"))))
+    time.sleep(0.05)
+    _collect(root, 2)
+    listed = versions(root, "snapshot")
+    assert listed.get_column("version").to_list() == [0, 1, 2]
+    created, first_round = listed.row(0, named=True), listed.row(1, named=True)
+    assert created["rows_added"] == 0 and created["round"] is None
+    assert first_round["round"] == 0 and first_round["rows_added"] == 2
+    between = created["committed_at"] + (first_round["committed_at"] - created["committed_at"]) / 2
+    assert created["committed_at"] < between < first_round["committed_at"]
+
+    for moment, why in ((long_ago, "the table was created"), (between, "no round had been committed")):
+        with pytest.raises(defilens.HistoryError) as raised:
+            defilens.scan(root, "snapshot", as_of=moment)
+        message = str(raised.value)
+        assert f"reaches back to {_show(first_round['committed_at'])} (version 1)" in message, message
+        assert why in message and f"created {_show(_created(root / 'snapshot'))}" in message, message
+
+    # from the first round's commit on, the rows committed by then
+    assert defilens.scan(root, "snapshot", as_of=first_round["committed_at"]).collect().height == 2
+    assert defilens.scan(root, "snapshot", as_of=dt.datetime.now(UTC)).collect().height == 4
+    # version 0 is the table's creation: empty, as every Delta reader has it
+    assert defilens.scan(root, "snapshot", as_of=0).collect().height == 0
+    assert defilens.scan(root, "snapshot", as_of=1).collect().height == 2
+
+
+def test_a_version_past_the_newest_says_which_is_the_newest(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    with pytest.raises(defilens.HistoryError, match=r"has no version 3: the newest version is 2$"):
+        defilens.scan(root, "snapshot", as_of=3)
+    with pytest.raises(defilens.HistoryError, match="the newest version is 2"):
+        defilens.scan(root, "snapshot", as_of=10_000)
+    with pytest.raises(ValueError, match=">= 0"):
+        defilens.scan(root, "snapshot", as_of=-1)
+
+
+def test_after_log_cleanup_a_moment_older_than_what_is_kept_raises(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    table = root / "snapshot"
+    _collect(root, 3)  # versions 0 (creation) to 3
+    defilens.compact(root, retention="1h")  # sets a one-hour log retention, a checkpoint at the newest version
+    before_cleanup = versions(root, "snapshot")
+    kept_from = _checkpoints(table)[-1]
+    assert kept_from >= 4
+    # Everything so far was written three hours ago, by the files' ages; then two more rounds.
+    _age_log(table, 3)
+    _collect(root, 2)
+    defilens.compact(root, retention="1h")  # a new checkpoint, and the log older than an hour goes
+
+    kept = _log_versions(table)
+    assert kept[0] == kept_from, kept  # cleanup happened, up to the checkpoint written three "hours" ago
+    listed = versions(root, "snapshot")
+    assert listed.get_column("version").to_list() == kept
+    created = before_cleanup.row(0, named=True)["committed_at"]  # version 0's commit, since removed
+    first_round = before_cleanup.filter(pl.col("round") == 0).row(0, named=True)["committed_at"]
+    oldest = listed.row(0, named=True)["committed_at"]
+
+    # every moment the kept log does not reach: refused, saying how far it reaches and when the table began
+    for moment in (dt.datetime(2020, 1, 1, tzinfo=UTC), created, first_round, oldest - dt.timedelta(milliseconds=1)):
+        with pytest.raises(defilens.HistoryError) as raised:
+            defilens.scan(root, "snapshot", as_of=moment)
+        message = str(raised.value)
+        assert f"reaches back to {_show(oldest)} (version {kept_from})" in message, message
+        assert "compaction removed the versions before it" in message or "the table was created" in message, message
+        assert f"created {_show(_created(table))}" in message, message
+    with pytest.raises(defilens.HistoryError, match=rf"version 1 .* no longer kept: .* back to version {kept_from}"):
+        defilens.scan(root, "snapshot", as_of=1)
+
+    # what the kept log reaches is answered, with the rows as they were
+    assert defilens.scan(root, "snapshot", as_of=oldest).collect().height == 3 * len(TOKENS)
+    assert defilens.scan(root, "snapshot", as_of=kept_from).collect().height == 3 * len(TOKENS)
+    assert defilens.scan(root, "snapshot", as_of=dt.datetime.now(UTC)).collect().height == 5 * len(TOKENS)
+    for row in listed.iter_rows(named=True):  # every listed moment reads its own version
+        by_moment = defilens.scan(root, "snapshot", as_of=row["committed_at"]).collect()
+        by_version = defilens.scan(root, "snapshot", as_of=row["version"]).collect()
+        assert by_moment.sort(pl.all()).equals(by_version.sort(pl.all()))
+
+
+def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    defilens.compact(root, retention="1h")
+    listed = versions(root, "indicators")
+    assert listed.schema["committed_at"] == pl.Datetime("ms", "UTC")
+    assert listed.get_column("version").to_list() == list(range(listed.height))
+    assert listed.get_column("committed_at").is_sorted()
+    rounds = listed.filter(pl.col("round").is_not_null())
+    assert rounds.get_column("round").to_list() == [0, 1]
+    assert rounds.get_column("collector").n_unique() == 1
+    assert (rounds.get_column("rows_added") > 0).all()
+    assert rounds.get_column("rows_added").sum() == defilens.scan(root, "indicators").collect().height
+    assert "OPTIMIZE" in listed.get_column("operation").to_list()
+    assert versions(root, "errors").height == versions(root, "log").height
+    assert versions(root, "drift").height == 0  # never written
+    assert defilens.history.versions is versions
+    with pytest.raises(ValueError, match="frame must be one of"):
+        versions(root, "candles")
