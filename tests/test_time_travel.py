@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List
@@ -24,6 +26,7 @@ from defilens.testing import Sandbox
 UTC = dt.timezone.utc
 TOKENS = ["bitcoin", "ethereum"]
 SECONDS_PER_HOUR = 3600
+CLI = [sys.executable, "-m", "defilens"]
 
 
 def _collect(root: Path, rounds: int) -> int:
@@ -164,3 +167,17 @@ def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
     assert defilens.history.versions is versions
     with pytest.raises(ValueError, match="frame must be one of"):
         versions(root, "candles")
+
+
+def test_the_command_line_lists_versions(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    done = subprocess.run(CLI + ["versions", str(root), "snapshot"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if re.match(r"│ \d", line)]
+    assert [line.split("┆")[2].strip() for line in lines] == ["WRITE"] * 3
+    assert [line.split("┆")[7].strip() for line in lines] == ["null", "0", "1"]
+    never = subprocess.run(CLI + ["versions", str(root), "drift"], capture_output=True, text=True, timeout=120)
+    assert never.returncode == 0 and "never written" in never.stdout
+    wrong = subprocess.run(CLI + ["versions", str(root), "candles"], capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 1 and wrong.stderr.startswith("defilens: error: frame must be one of")

@@ -1,4 +1,4 @@
-"""The ``defilens`` command: fetch, collect, sandbox."""
+"""The ``defilens`` command: fetch, collect, compact, audit, convert, versions, sandbox."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
 from ._duration import parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
-from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert
+from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versions
 from .history._collect import prepare as prepare_root
 from .research import audit
 from .testing import Sandbox
@@ -192,6 +192,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     history_folder(conv)
     storage_option(conv)
+
+    ver = sub.add_parser(
+        "versions",
+        help="list the versions of a history's table that time travel (scan's as_of) can reach",
+        description=(
+            "List the versions of one table of a history that time travel can still reach: version, committed_at "
+            "(what scan's as_of=moment goes by), operation, rows added, files added and removed, and each round's "
+            "collector, round and round_start. Version 0 is the table's creation, without rows."
+        ),
+    )
+    history_folder(ver)
+    ver.add_argument(
+        "frame", nargs="?", default="indicators", metavar="FRAME", help="the table, or errors (default indicators)"
+    )
+    storage_option(ver)
 
     sb = sub.add_parser(
         "sandbox",
@@ -545,6 +560,18 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _versions(args: argparse.Namespace) -> int:
+    listed = versions(args.folder, args.frame, storage_options=_storage_options(args))
+    if listed.is_empty():
+        print(f"{args.frame}: no versions (the table was never written)")
+        return 0
+    with pl.Config(
+        tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=250
+    ):
+        print(listed)
+    return 0
+
+
 def _convert(args: argparse.Namespace) -> int:
     report = convert(args.folder, storage_options=_storage_options(args))
     if not report["tables"]:
@@ -601,6 +628,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "compact": _compact,
         "convert": _convert,
         "audit": _audit,
+        "versions": _versions,
         "sandbox": _sandbox,
     }[args.command]
     try:
