@@ -12,10 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import polars as pl
 import pytest
+
+# The moto server on loopback and a fresh bucket in it, as the object storage tests have them.
+from test_object_storage import bucket, s3  # noqa: F401
 
 import defilens
 from defilens.history import versions
@@ -181,3 +184,23 @@ def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     assert never.returncode == 0 and "never written" in never.stdout
     wrong = subprocess.run(CLI + ["versions", str(root), "candles"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 1 and wrong.stderr.startswith("defilens: error: frame must be one of")
+
+
+def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811 (the fixtures)
+    root = f"{bucket}/history"
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        client.collect(
+            TOKENS, "0.01s", count=2, out=root, storage_options=s3, on_round=lambda n, f: sandbox.advance("1h")
+        )
+    listed = versions(root, "snapshot", storage_options=s3)
+    assert listed.get_column("round").to_list() == [None, 0, 1]
+    first_round = listed.row(1, named=True)
+    with pytest.raises(
+        defilens.HistoryError, match=rf"reaches back to {re.escape(_show(first_round['committed_at']))}"
+    ):
+        defilens.scan(root, "snapshot", as_of=dt.datetime(2020, 1, 1), storage_options=s3)
+    then = defilens.scan(root, "snapshot", as_of=first_round["committed_at"], storage_options=s3).collect()
+    assert then.height == len(TOKENS)
+    with pytest.raises(defilens.HistoryError, match="the newest version is 2"):
+        defilens.scan(root, "snapshot", as_of=3, storage_options=s3)
