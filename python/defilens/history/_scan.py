@@ -208,24 +208,25 @@ def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime,
         if latest > as_of:
             break  # a commit after the moment (or one whose clock ran ahead): the versions from here are later
         chosen = commit
+    if chosen is not None and (chosen.version > 0 or len(kept) == 1 or not _is_empty_creation(root, name, chosen)):
+        found = load(root, name, chosen.version)
+        assert found is not None
+        return found
+    # Before the oldest kept version, or at the empty creation before the first round.
     first = kept[1] if len(kept) > 1 and _is_empty_creation(root, name, kept[0]) else kept[0]
-    if chosen is None or chosen.version < first.version:
-        created = _created(table)
-        if created is not None and as_of < created:
-            why = f"the table was created {_show(created)}"
-        elif oldest.version == 0:
-            why = "no round had been committed to it yet" + (f" (created {_show(created)})" if created else "")
-        else:
-            why = "compaction removed the versions before it after its retention (see defilens.compact)" + (
-                f"; the table was created {_show(created)}" if created else ""
-            )
-        raise HistoryError(
-            f"time travel in {uri!r} reaches back to {_show(first.at)} (version {first.version}), not to "
-            f"{_show(as_of)}: {why}"
+    created = _created(table)
+    if created is not None and as_of < created:
+        why = f"the table was created {_show(created)}"
+    elif oldest.version == 0:
+        why = "no round had been committed to it yet" + (f" (created {_show(created)})" if created else "")
+    else:
+        why = "compaction removed the versions before it after its retention (see defilens.compact)" + (
+            f"; the table was created {_show(created)}" if created else ""
         )
-    found = load(root, name, chosen.version)
-    assert found is not None
-    return found
+    raise HistoryError(
+        f"time travel in {uri!r} reaches back to {_show(first.at)} (version {first.version}), not to "
+        f"{_show(as_of)}: {why}"
+    )
 
 
 def _when(as_of: AsOf) -> str:
