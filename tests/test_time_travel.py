@@ -167,6 +167,10 @@ def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
     assert "OPTIMIZE" in listed.get_column("operation").to_list()
     assert versions(root, "errors").height == versions(root, "log").height
     assert versions(root, "drift").height == 0  # never written
+    (root / "drift").mkdir()
+    (root / "drift" / "mine.csv").write_text("x\n1\n")
+    with pytest.raises(defilens.HistoryError, match="not a Delta table of a defilens history"):
+        versions(root, "drift")
     assert defilens.history.versions is versions
     with pytest.raises(ValueError, match="frame must be one of"):
         versions(root, "candles")

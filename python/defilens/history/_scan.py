@@ -259,7 +259,9 @@ def scan(
 
     ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
     ``storage_options``. polars' ``pl.scan_delta(path + "/indicators")``, DuckDB's
-    ``delta_scan``, Spark and pandas read the same tables directly.
+    ``delta_scan``, Spark and pandas read the same tables directly (polars' own ``scan_delta``
+    cannot yet open a table under a folder whose name has a space, ``#`` or a non-ASCII
+    character, pola-rs/polars#20944; this function can).
 
     For example ``defilens.scan("history/", "indicators").filter(pl.col("token") == "bitcoin")``.
     """
@@ -292,7 +294,10 @@ def versions(
     root = open_for_reading(path, storage_options)
     name = "log" if frame == "errors" else frame
     rows: "List[Dict[str, Any]]" = []
-    table = load(root, name) if state(root, name) is State.DELTA else None
+    found = state(root, name)
+    if found is State.FOREIGN:
+        raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
+    table = load(root, name) if found is State.DELTA else None
     if table is not None:
         history = commits(root, name, table)
         oldest = oldest_kept(root, name, history)
