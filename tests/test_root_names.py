@@ -10,9 +10,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict
 
 import polars as pl
 import pytest
+
+# The moto server on loopback and a fresh bucket in it, as the object storage tests have them.
+from test_object_storage import bucket, s3  # noqa: F401
 
 import defilens
 from defilens.history import versions
@@ -146,3 +150,24 @@ def test_a_file_url_is_decoded(tmp_path: Path) -> None:
     root = tmp_path / "with space"
     _collect(root, 1)
     assert defilens.scan(root.as_uri(), "snapshot").collect().height == 2
+
+
+@pytest.mark.parametrize("name", ["with space", "é", "a%20b"])
+def test_an_object_storage_prefix_with_any_usable_name_works(bucket: str, s3: Dict[str, str], name: str) -> None:  # noqa: F811 (the fixtures)
+    root = f"{bucket}/{name}"
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        assert client.collect(TOKENS, "0.01s", count=2, out=root, storage_options=s3, raw=True) == 2
+    assert defilens.scan(root, "snapshot", storage_options=s3).collect().height == 2 * 2  # unknown-coin has none
+    assert versions(root, "snapshot", storage_options=s3).get_column("round").drop_nulls().to_list() == [0, 1]
+    defilens.compact(root, retention="1h", storage_options=s3)
+    assert defilens.reparse(root, storage_options=s3).snapshot.height == 2 * 2
+    assert defilens.audit(root, storage_options=s3).coverage.height > 0
+
+
+def test_a_hash_in_an_object_storage_url_is_refused(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811 (the fixtures)
+    with Sandbox() as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        with pytest.raises(ValueError, match="has a '#', which starts a fragment"):
+            client.collect(["bitcoin"], "1s", count=1, out=f"{bucket}/a#b", storage_options=s3)
+        assert sandbox.requests == 0

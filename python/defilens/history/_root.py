@@ -102,9 +102,7 @@ class Root:
         """The Delta table ``name`` under the root at its newest version, opened so that polars
         can read it whatever the folder's name (see `readable_table_class`). Raises deltalake's
         errors (``TableNotFoundError`` when there is none)."""
-        deltalake = require("deltalake")
-        kind = readable_table_class() if self.is_local else deltalake.DeltaTable
-        table: "DeltaTable" = kind(self.table(name), storage_options=self.options())
+        table: "DeltaTable" = readable_table_class()(self.table(name), storage_options=self.options())
         return table
 
     def options(self) -> "Optional[dict[str, str]]":
@@ -150,11 +148,10 @@ class Root:
 
 @functools.lru_cache(maxsize=None)
 def readable_table_class() -> type:
-    """A `deltalake.DeltaTable` whose ``file_uris()`` are plain local paths. delta-rs gives them
-    percent-encoded (``with%20space``, ``%C3%A9``) and polars' ``scan_delta`` opens what it is
-    given literally, so a table under a folder with a space, ``#`` or a non-ASCII name could be
-    written but not read (pola-rs/polars#20944). Only for local roots: an object store URL is
-    decoded by the store."""
+    """A `deltalake.DeltaTable` whose ``file_uris()`` are not percent-encoded. delta-rs gives them
+    encoded (``with%20space``, ``%C3%A9``) and polars' ``scan_delta`` opens what it is given as
+    the path itself, locally and in object storage, so a table under a folder or prefix with a
+    space, ``#`` or a non-ASCII name could be written but not read (pola-rs/polars#20944)."""
     deltalake = require("deltalake")
 
     class ReadableDeltaTable(deltalake.DeltaTable):  # type: ignore[misc,name-defined]
@@ -214,6 +211,11 @@ def root_of(path: PathLike, storage_options: StorageOptions = None) -> Root:
                 "column; choose a folder name without '='"
             )
     if remote:
+        if "#" in text:
+            raise ValueError(
+                f"the history root {text!r} has a '#', which starts a fragment in a URL (the tables would be written "
+                "elsewhere): choose a prefix without it"
+            )
         scheme, rest = text.split("://", 1)
         if not rest.strip("/"):
             raise ValueError(f"the history root {text!r} names no bucket: give s3://bucket/prefix")
