@@ -114,20 +114,24 @@ def test_after_log_cleanup_a_moment_older_than_what_is_kept_raises(tmp_path: Pat
     table = root / "snapshot"
     _collect(root, 3)  # versions 0 (creation) to 3
     defilens.compact(root, retention="1h")  # sets a one-hour log retention, a checkpoint at the newest version
-    before_cleanup = versions(root, "snapshot")
-    kept_from = _checkpoints(table)[-1]
-    assert kept_from >= 4
-    # Everything so far was written three hours ago, by the files' ages; then two more rounds.
+    aged_checkpoint = _checkpoints(table)[-1]
+    assert aged_checkpoint >= 4
+    everything = versions(root, "snapshot")
+    assert everything.get_column("version").to_list() == list(range(aged_checkpoint + 1))
+    # Everything so far was written three hours ago, by the files' ages; then two more rounds. (Their
+    # commits already remove the log older than the retention, delta-rs's post-commit cleanup.)
     _age_log(table, 3)
     _collect(root, 2)
     defilens.compact(root, retention="1h")  # a new checkpoint, and the log older than an hour goes
 
     kept = _log_versions(table)
-    assert kept[0] == kept_from, kept  # cleanup happened, up to the checkpoint written three "hours" ago
+    kept_from = kept[0]
+    # cleanup happened, to a checkpoint written three "hours" ago: creation and first round are gone
+    assert 1 < kept_from <= aged_checkpoint and kept_from in _checkpoints(table), kept
     listed = versions(root, "snapshot")
     assert listed.get_column("version").to_list() == kept
-    created = before_cleanup.row(0, named=True)["committed_at"]  # version 0's commit, since removed
-    first_round = before_cleanup.filter(pl.col("round") == 0).row(0, named=True)["committed_at"]
+    created = everything.row(0, named=True)["committed_at"]  # version 0's commit, since removed
+    first_round = everything.filter(pl.col("round") == 0).row(0, named=True)["committed_at"]
     oldest = listed.row(0, named=True)["committed_at"]
 
     # every moment the kept log does not reach: refused, saying how far it reaches and when the table began
@@ -141,14 +145,20 @@ def test_after_log_cleanup_a_moment_older_than_what_is_kept_raises(tmp_path: Pat
     with pytest.raises(defilens.HistoryError, match=rf"version 1 .* no longer kept: .* back to version {kept_from}"):
         defilens.scan(root, "snapshot", as_of=1)
 
-    # what the kept log reaches is answered, with the rows as they were
-    assert defilens.scan(root, "snapshot", as_of=oldest).collect().height == 3 * len(TOKENS)
-    assert defilens.scan(root, "snapshot", as_of=kept_from).collect().height == 3 * len(TOKENS)
+    # what the kept log reaches is answered, with the rows as they were: every round committed by then
+    def rows_at(version: int) -> int:
+        return int(everything.filter(pl.col("version") <= version).get_column("rows_added").sum())
+
+    assert rows_at(kept_from) == 3 * len(TOKENS)
+    assert defilens.scan(root, "snapshot", as_of=oldest).collect().height == rows_at(kept_from)
+    assert defilens.scan(root, "snapshot", as_of=kept_from).collect().height == rows_at(kept_from)
     assert defilens.scan(root, "snapshot", as_of=dt.datetime.now(UTC)).collect().height == 5 * len(TOKENS)
     for row in listed.iter_rows(named=True):  # every listed moment reads its own version
         by_moment = defilens.scan(root, "snapshot", as_of=row["committed_at"]).collect()
         by_version = defilens.scan(root, "snapshot", as_of=row["version"]).collect()
         assert by_moment.sort(pl.all()).equals(by_version.sort(pl.all()))
+        if row["version"] in everything.get_column("version"):
+            assert by_version.height == rows_at(row["version"])
 
 
 def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
