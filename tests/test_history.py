@@ -1,5 +1,5 @@
 """The history on Delta Lake: every round exactly once in every table (kill -9, several collectors,
-compaction beside them), time travel, conversion of the old layout, other engines reading it,
+compaction beside them), time travel, other engines reading it,
 reparse, replay, and bad input."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Dict
 
 import polars as pl
 import pytest

@@ -312,9 +312,7 @@ def _check(root: Root, name: str, batches: List[Batch]) -> int:
         for relative in files
     ]
     expected = (
-        pl.concat(expected_parts).get_column("row").sort()
-        if expected_parts
-        else pl.Series("row", [], dtype=pl.UInt64)
+        pl.concat(expected_parts).get_column("row").sort() if expected_parts else pl.Series("row", [], dtype=pl.UInt64)
     )
     if got.len() != expected.len():
         raise HistoryError(
