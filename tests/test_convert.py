@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 from history_checks import assert_whole_rounds, write_old_round
 from polars.testing import assert_frame_equal
+from test_object_storage import _client, _keys, bucket, s3  # noqa: F401 (the moto server's fixtures)
 
 import defilens
 import defilens.history._convert as converting
@@ -424,3 +425,45 @@ def test_files_that_carry_the_partition_column_are_converted_or_refused(tmp_path
     right.write_parquet(wrong)  # the way forward: the file put right (or moved to its day's folder)
     defilens.convert(old)
     _assert_converted_like_today(old, today)
+
+
+# -- object storage -----------------------------------------------------------------------------
+
+
+def test_convert_in_s3_killed_after_its_first_commit_then_finished(
+    tmp_path: Path,
+    bucket: str,
+    s3: Dict[str, str],
+    monkeypatch,  # noqa: F811 (the imported fixtures)
+) -> None:
+    from deltalake import DeltaTable
+
+    old, today = _twins(tmp_path, rounds=4, step="5h")
+    rows = _old_rows(old)
+    client = _client(s3)
+    for path in old.rglob("*.parquet"):
+        client.upload_file(str(path), bucket.split("://")[1], f"history/{path.relative_to(old)}")
+    root = f"{bucket}/history"
+    with pytest.raises(defilens.HistoryError, match="defilens convert"):
+        defilens.scan(root, "snapshot", storage_options=s3)
+    _kill_after_first_commit(monkeypatch)
+    with pytest.raises(Killed):
+        defilens.convert(root, storage_options=s3)
+    monkeypatch.undo()
+    assert "history/_defilens/converting" in _keys(bucket, s3)
+    report = defilens.convert(root, storage_options=s3)
+    assert report["tables"] == len(rows) and report["rows"] == sum(rows.values())
+    keys = _keys(bucket, s3)
+    assert "history/_defilens/converting" not in keys
+    for name in TABLES:
+        _same_rows(name, defilens.scan(root, name, storage_options=s3).collect(), defilens.scan(today, name).collect())
+        if not (today / name).exists():
+            continue
+        _same_rows(
+            name,
+            pl.scan_delta(f"{root}/{name}", storage_options=s3).collect(),
+            pl.scan_delta(str(today / name)).collect(),
+        )
+        files = {uri.split("/history/", 1)[1] for uri in DeltaTable(f"{root}/{name}", storage_options=s3).file_uris()}
+        data = {key.split("history/", 1)[1] for key in keys if key.startswith(f"history/{name}/date=")}
+        assert data == files, name  # the old files are gone, and nothing an interrupted commit left
