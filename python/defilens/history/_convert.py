@@ -24,6 +24,7 @@ The steps, each safe to interrupt at any moment (running `convert` again resumes
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -70,6 +71,7 @@ def _disk_type(dtype: pl.DataType) -> pl.DataType:
     return dtype
 
 
+@functools.lru_cache(maxsize=None)
 def _disk_schema(name: str) -> Dict[str, pl.DataType]:
     return {column: _disk_type(dtype) for column, dtype in frame_schema(name).items()}
 
@@ -161,8 +163,24 @@ def _scan_old(root: Root, name: str, relative: str) -> pl.LazyFrame:
     )
 
 
-def _read_old(root: Root, name: str, day: str, relative: str) -> pl.DataFrame:
-    frame = _scan_old(root, name, relative).collect()
+def _read_batch(root: Root, name: str, day: str, files: List[str]) -> pl.DataFrame:
+    """The rows of a batch of old files, as the collector writes them. Files of one schema (the
+    usual case: one defilens wrote them) are read in one scan, others one by one."""
+    try:
+        frame = pl.scan_parquet(
+            [_uri(root, name, relative) for relative in files],
+            storage_options=root.options(),
+            hive_partitioning=False,
+            glob=False,
+            missing_columns="insert",
+            extra_columns="raise",
+        ).collect()
+    except pl.exceptions.PolarsError:
+        frames = [
+            _on_disk(_scan_old(root, name, relative).collect().drop(PARTITION, strict=False), name, day)
+            for relative in files
+        ]
+        return pl.concat(frames, how="diagonal_relaxed")
     return _on_disk(frame.drop(PARTITION, strict=False), name, day)
 
 
@@ -282,7 +300,7 @@ def _rewrite(root: Root, name: str, batches: List[Batch]) -> None:
     for number, (day, files) in enumerate(batches):
         if done is not None and number <= done:
             continue  # committed before an interruption (version 0 is a committed batch too)
-        frame = pl.concat([_read_old(root, name, day, relative) for relative in files], how="diagonal_relaxed")
+        frame = _read_batch(root, name, day, files)
         if frame.height:
             commit(root, name, frame, CONVERT_APP, number, {"defilens.convert": f"{day} {number}"})
     if load(root, name) is None:
@@ -307,9 +325,7 @@ def _check(root: Root, name: str, batches: List[Batch]) -> int:
     schema = table.collect_schema()
     got = _row_hashes(table, schema).collect().get_column("row").sort()
     expected_parts = [
-        _row_hashes(_read_old(root, name, day, relative).lazy(), schema).collect()
-        for day, files in batches
-        for relative in files
+        _row_hashes(_read_batch(root, name, day, files).lazy(), schema).collect() for day, files in batches
     ]
     expected = (
         pl.concat(expected_parts).get_column("row").sort() if expected_parts else pl.Series("row", [], dtype=pl.UInt64)
