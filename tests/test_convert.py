@@ -486,3 +486,15 @@ def test_a_column_of_another_type_is_refused_before_anything_changes(tmp_path: P
     assert not (root / MARKER).exists() and not list(root.glob("*/_delta_log"))
     frame.write_parquet(path)
     assert defilens.convert(root)["tables"] == len(TABLES)
+
+
+def test_a_column_defilens_no_longer_writes_is_kept(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    rows = _old_history(root, 2)
+    path = sorted((root / "snapshot").rglob("*.parquet"))[-1]
+    frame = pl.read_parquet(path).with_columns(pl.lit(7).alias("old_field"))
+    frame.write_parquet(path)
+    defilens.convert(root)
+    kept = defilens.scan(root, "snapshot").collect()
+    assert kept.height == rows["snapshot"] and kept["old_field"].drop_nulls().to_list() == [7] * frame.height
+    assert kept.columns[: len(frame.columns) - 1] == [c for c in frame.columns if c != "old_field"]
