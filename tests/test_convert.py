@@ -498,3 +498,15 @@ def test_a_column_defilens_no_longer_writes_is_kept(tmp_path: Path) -> None:
     kept = defilens.scan(root, "snapshot").collect()
     assert kept.height == rows["snapshot"] and kept["old_field"].drop_nulls().to_list() == [7] * frame.height
     assert kept.columns[: len(frame.columns) - 1] == [c for c in frame.columns if c != "old_field"]
+
+
+def test_convert_and_compaction_never_run_at_once(tmp_path: Path) -> None:
+    from defilens.history._lock import compaction_lock
+
+    root = tmp_path / "old"
+    rows = _old_history(root, 2)
+    running = pytest.raises(defilens.HistoryError, match=r"a compaction of .* is running: run convert again")
+    with compaction_lock(root_of(root)), running:
+        defilens.convert(root)
+    assert not (root / MARKER).exists() and not list(root.glob("*/_delta_log"))
+    assert defilens.convert(root)["rows"] == sum(rows.values())

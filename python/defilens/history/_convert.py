@@ -20,6 +20,9 @@ The steps, each safe to interrupt at any moment (running `convert` again resumes
    table is recorded as checked in the marker.
 5. Its old files are deleted, then a full vacuum deletes what interrupted commits left behind.
 6. The marker is deleted.
+
+Steps 2 to 6 hold the compaction lock: a compaction beside the full vacuum of step 5 could lose
+the files it is writing.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from ._layout import CONVERTING, State, states
+from ._lock import Busy, compaction_lock
 from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, commit, create, frame_schema, load, one_line
 
@@ -382,10 +386,10 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
     converted).
     """
     require_history()
-    obstore = require("obstore")
     root = root_of(path, storage_options)
     found = states(root)
     manifest = _read_marker(root)
+    new = manifest is None
     if manifest is None:
         if all(value is State.MISSING for value in found.values()):
             raise FileNotFoundError(f"no history at {root.url!r}")
@@ -395,9 +399,23 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
         old = [name for name, value in found.items() if value is State.OLD_LAYOUT]
         if not old:
             return {"tables": 0, "rows": 0, "rewritten": []}
-        plan = _plan(root, old)
-        manifest = {"format": MANIFEST_FORMAT, "tables": plan, "checked": {}}
-        _write_marker(root, manifest)
+        manifest = {"format": MANIFEST_FORMAT, "tables": _plan(root, old), "checked": {}}
+    try:
+        # No compaction meanwhile: the vacuum that deletes what interrupted commits left would
+        # delete the files a compaction is writing.
+        with compaction_lock(root):
+            if new:
+                _write_marker(root, manifest)
+            return _convert_tables(root, manifest)
+    except Busy:
+        raise HistoryError(
+            f"a compaction of {root.url!r} is running: run convert again when it has finished"
+            + ("" if new else " (the conversion started before resumes then)")
+        ) from None
+
+
+def _convert_tables(root: Root, manifest: Dict[str, Any]) -> Dict[str, Any]:
+    obstore = require("obstore")
     plan = {name: [(day, list(files)) for day, files in batches] for name, batches in manifest["tables"].items()}
     checked: Dict[str, int] = dict(manifest["checked"])
     for name in (name for name in TABLES if name in plan):
