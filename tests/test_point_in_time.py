@@ -1,0 +1,217 @@
+"""Point in time for every frame: panels with explicit candle times, and as-of reads that equal a
+brute-force filter per moment on histories with repaints, missing rounds and a candle seen late;
+scopes that reach the scans; bad input that says what is wrong."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+from typing import Dict, List
+
+import polars as pl
+import pytest
+from deltalake import write_deltalake
+
+import defilens
+from defilens._core import INTERVAL_MS
+from defilens.history._tables import to_disk
+from defilens.testing import Sandbox
+
+UTC = dt.timezone.utc
+START = dt.datetime(2026, 3, 2, 9, 0, 10, tzinfo=UTC)
+TOKENS = ["bitcoin", "ethereum", "coin-a", "coin-b"]
+VALUE_KEYS = ["token", "interval", "indicator"]
+
+
+def _collect_irregular(root: Path, seed: int) -> None:
+    """Rounds at irregular moments: some seconds after a close (provisional values that repaint),
+    some hours apart (missing rounds)."""
+    rng = random.Random(seed)
+    steps: List[float] = []
+    for _ in range(30):
+        roll = rng.random()
+        steps.append(
+            rng.choice([40, 50, 70]) if roll < 0.3 else rng.choice([300, 600, 900]) if roll < 0.9 else 3 * 3600
+        )
+    with Sandbox(now=START, seed=seed, repaint_rate=0.4) as sandbox:
+        client = defilens.Client(base_url=sandbox)
+        client.collect(TOKENS, "0.01s", count=len(steps), out=root, on_round=lambda n, f: sandbox.advance(steps[n - 1]))
+
+
+def _append_a_candle_seen_late(root: Path) -> dt.datetime:
+    """One more fetch, after the last, that reports an older 1h candle for bitcoin (a service that
+    serves a stale answer): it must never become the as-of answer over the newer candle."""
+    last = defilens.scan(root, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    late = last + dt.timedelta(minutes=3)
+
+    def again(name: str) -> pl.DataFrame:
+        rows = (
+            defilens.scan(root, name)
+            .filter(pl.col("fetched_at") == last, pl.col("token") == "bitcoin", pl.col("interval") == "1h")
+            .collect()
+        )
+        return rows.with_columns(pl.lit(late).cast(pl.Datetime("ms", "UTC")).alias("fetched_at"))
+
+    # A close from before the history began: no fetch had shown it.
+    ta = again("ta_updated").with_columns(pl.col("updated_at") - dt.timedelta(days=3))
+    for name, frame in (("ta_updated", ta), ("indicators", again("indicators")), ("patterns", again("patterns"))):
+        write_deltalake(str(root / name), to_disk(frame), mode="append", partition_by=["date"])
+    return late
+
+
+@pytest.fixture(scope="module", params=[3, 8])
+def history(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp(f"pit{request.param}") / "h"
+    _collect_irregular(root, request.param)
+    _append_a_candle_seen_late(root)
+    return root
+
+
+def _moments(root: Path, seed: int) -> List[dt.datetime]:
+    fetched = defilens.scan(root, "snapshot").select("fetched_at").unique().collect()["fetched_at"].sort().to_list()
+    rng = random.Random(seed)
+    picked = set(rng.sample(fetched, 6))  # exactly on a fetch: that fetch counts
+    span = (fetched[-1] - fetched[0]).total_seconds()
+    picked |= {fetched[0] + dt.timedelta(seconds=rng.uniform(0, span)) for _ in range(14)}
+    picked |= {fetched[0] - dt.timedelta(minutes=1), fetched[-1] + dt.timedelta(hours=2)}
+    return sorted(m.replace(microsecond=m.microsecond // 1000 * 1000) for m in picked)
+
+
+def _brute_values(panel: pl.DataFrame, moments: List[dt.datetime]) -> pl.DataFrame:
+    parts = []
+    for at in moments:
+        known = panel.filter(pl.col("first_seen_at") <= at)
+        latest = known.sort("candle_close").group_by(VALUE_KEYS).last()
+        parts.append(latest.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("at")))
+    columns = ["at", *VALUE_KEYS, "candle_open", "candle_close", "first_seen_at", "value"]
+    return pl.concat(parts).select(columns).sort("at", *VALUE_KEYS)
+
+
+@pytest.mark.parametrize("frame", ["indicators", "signals"])
+def test_asof_equals_a_brute_force_filter_per_moment(history: Path, frame: str) -> None:
+    moments = _moments(history, 1)
+    panel = defilens.panel(history, frame).collect()
+    assert panel.height and (panel["revisions"] > 1).any() if frame == "indicators" else panel.height
+    found = defilens.asof(history, moments, frame=frame)
+    expected = _brute_values(panel, moments)
+    assert found.height == expected.height > 0
+    assert found.equals(expected), (found, expected)
+    assert (found["first_seen_at"] <= found["at"]).all()
+
+
+def test_asof_of_patterns_equals_a_brute_force_filter_per_moment(history: Path) -> None:
+    moments = _moments(history, 2)
+    closes = defilens.scan(history, "ta_updated").filter(pl.col("updated_at").is_not_null()).collect()
+    candles = closes.group_by("token", "interval", "updated_at").agg(pl.col("fetched_at").min().alias("seen"))
+    patterns = defilens.panel(history, "patterns").collect()
+    parts = []
+    for at in moments:
+        current = (
+            candles.filter(pl.col("seen") <= at)
+            .sort("updated_at")
+            .group_by("token", "interval")
+            .last()
+            .select("token", "interval", pl.col("updated_at").alias("candle_close"))
+        )
+        shown = patterns.join(current, on=["token", "interval", "candle_close"]).filter(pl.col("first_seen_at") <= at)
+        parts.append(shown.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("at")))
+    keys = ["token", "interval", "family", "pattern"]
+    expected = pl.concat(parts).select("at", *keys, "candle_open", "candle_close", "first_seen_at").sort("at", *keys)
+    found = defilens.asof(history, moments, frame="patterns")
+    assert found.height == expected.height > 0
+    assert found.equals(expected)
+
+
+def test_asof_of_the_snapshot_is_the_last_fetch_at_or_before(history: Path) -> None:
+    moments = _moments(history, 3)
+    snapshot = defilens.scan(history, "snapshot").select("token", "fetched_at", "current_price").collect()
+    parts = []
+    for at in moments:
+        last = snapshot.filter(pl.col("fetched_at") <= at).sort("fetched_at").group_by("token").last()
+        parts.append(last.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("at")))
+    expected = pl.concat(parts).select("at", "token", "fetched_at", "current_price").sort("at", "token")
+    found = defilens.asof(history, moments, frame="snapshot", columns="current_price")
+    assert found.equals(expected)
+
+
+def test_a_candle_seen_late_never_replaces_a_newer_one(history: Path) -> None:
+    late = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    late = late + dt.timedelta(minutes=3)
+    panel = defilens.panel(history, tokens="bitcoin", intervals="1h", indicators="rsi14").collect()
+    stale = panel.filter(pl.col("first_seen_at") == late)
+    assert stale.height == 1  # the old candle, first seen (as far as this history knows) at the late fetch
+    rows = defilens.asof(history, late, tokens="bitcoin", intervals="1h", indicators="rsi14")
+    assert rows["candle_close"].item() == panel["candle_close"].max() > stale["candle_close"].item()
+
+
+def test_candle_times_follow_the_catalogue(history: Path) -> None:
+    for frame in ("indicators", "signals", "patterns"):
+        panel = defilens.panel(history, frame).collect()
+        lengths = panel.select(
+            pl.col("interval").cast(pl.String), (pl.col("candle_close") - pl.col("candle_open")).alias("length")
+        ).unique()
+        assert lengths.height >= 4
+        for interval, length in lengths.iter_rows():
+            assert length == dt.timedelta(milliseconds=INTERVAL_MS[interval]), (frame, interval)
+        assert "updated_at" not in panel.columns
+
+
+def test_the_scope_reaches_every_scan(history: Path) -> None:
+    at = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    cases: Dict[str, Dict[str, object]] = {
+        "indicators": {"tokens": "bitcoin", "intervals": "1h", "indicators": "rsi14"},
+        "signals": {"tokens": "bitcoin", "intervals": "1h"},
+        "patterns": {"tokens": "bitcoin", "families": "candlestick"},
+        "snapshot": {"tokens": "bitcoin", "columns": "current_price"},
+    }
+    for frame, scope in cases.items():
+        plan = defilens.asof(history, at, frame=frame, lazy=True, **scope).explain()  # type: ignore[arg-type]
+        lines = plan.splitlines()
+        scans = [i for i, line in enumerate(lines) if "SCAN" in line]
+        assert scans, plan
+        for i in scans:
+            selection = next(line for line in lines[i : i + 4] if "SELECTION" in line)
+            assert 'is_in([["bitcoin"]])' in selection and "fetched_at" in selection, (frame, selection)
+        answer = defilens.asof(history, at, frame=frame, **scope)  # type: ignore[arg-type]
+        assert isinstance(answer, pl.DataFrame) and answer.height and set(answer["token"]) == {"bitcoin"}
+
+
+def test_bad_scopes_and_moments_say_what_is_wrong(history: Path) -> None:
+    at = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    with pytest.raises(ValueError, match=r"unknown interval '1hr' \(did you mean '1h'\?\)"):
+        defilens.asof(history, at, intervals="1hr")
+    with pytest.raises(ValueError, match=r"unknown indicator 'RSI14' \(did you mean 'rsi14'\?\).*rsi7"):
+        defilens.panel(history, indicators="RSI14")
+    with pytest.raises(ValueError, match="rsi14 has none of the intervals 4h"):
+        defilens.asof(history, at, indicators="rsi14", intervals="4h")
+    with pytest.raises(ValueError, match="4h has no candle time"):
+        defilens.panel(history, "patterns", intervals="4h")
+    with pytest.raises(ValueError, match="patterns are scoped by families="):
+        defilens.panel(history, "patterns", indicators="rsi14")
+    with pytest.raises(ValueError, match="unknown snapshot column 'price'"):
+        defilens.asof(history, at, frame="snapshot", columns="price")
+    with pytest.raises(ValueError, match="frame must be one of"):
+        defilens.asof(history, at, frame="markets")
+    with pytest.raises(ValueError, match="tokens is empty"):
+        defilens.asof(history, at, tokens=[])
+    with pytest.raises(TypeError, match="a date is a day, not a moment"):
+        defilens.asof(history, at.date())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at repeats"):
+        defilens.asof(history, [at, at])
+    with pytest.raises(ValueError, match="before the history's first fetch"):
+        defilens.asof(history, dt.datetime(2020, 1, 1))
+    with pytest.warns(defilens.DefiLensWarning, match="after the history's last fetch"):
+        # A wall-clock moment against a history on the Sandbox's simulated clock.
+        defilens.asof(history, dt.datetime.now(UTC), tokens="bitcoin", indicators="rsi14", intervals="1h")
+    unsorted = defilens.asof(history, [at, at - dt.timedelta(hours=1)], tokens="bitcoin", indicators="rsi14")
+    assert unsorted["at"].is_sorted()
+
+
+def test_tokens_the_history_does_not_hold_are_named(history: Path) -> None:
+    at = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    with pytest.raises(ValueError, match="no ta_updated rows for bitcoinn"):
+        defilens.asof(history, at, tokens="bitcoinn")
+    with pytest.warns(defilens.DefiLensWarning, match=r"no snapshot rows for 1 of the tokens asked for \(etherum\)"):
+        rows = defilens.asof(history, at, frame="snapshot", tokens=["bitcoin", "etherum"])
+    assert rows["token"].to_list() == ["bitcoin"]
