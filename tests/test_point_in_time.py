@@ -215,3 +215,32 @@ def test_tokens_the_history_does_not_hold_are_named(history: Path) -> None:
     with pytest.warns(defilens.DefiLensWarning, match=r"no snapshot rows for 1 of the tokens asked for \(etherum\)"):
         rows = defilens.asof(history, at, frame="snapshot", tokens=["bitcoin", "etherum"])
     assert rows["token"].to_list() == ["bitcoin"]
+
+
+def test_the_duckdb_query_of_the_docs_gives_the_asof_rows(history: Path) -> None:
+    import glob
+    import os
+    import re
+
+    import duckdb
+    import duckdb_extension_delta
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "research.md").read_text()
+    query = next(block for block in re.findall(r"```sql\n(.*?)```", page, flags=re.S) if 'moments("at")' in block)
+    at = _moments(history, 4)[10]
+    query = query.replace("'history/", f"'{history}/").replace("2026-03-01 12:00:00+00", at.isoformat(sep=" "))
+    extension = glob.glob(
+        os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "**", "*.duckdb_extension"), recursive=True
+    )
+    con = duckdb.connect()
+    con.execute(f"LOAD '{extension[0]}'")
+    con.execute("SET TimeZone = 'UTC'")
+    theirs = con.execute(query).pl()
+    ours = defilens.asof(history, at, intervals="1h", indicators="rsi14")
+    assert theirs.height == ours.height > 0
+    columns = ["at", "token", "interval", "indicator", "candle_close", "first_seen_at", "value"]
+    expected = ours.select(columns).with_columns(pl.col("interval").cast(pl.String))
+    found = theirs.select(columns).with_columns(
+        pl.col(c).dt.cast_time_unit("ms") for c in ("at", "candle_close", "first_seen_at")
+    )
+    assert found.sort("token").equals(expected.sort("token")), (found, expected)
