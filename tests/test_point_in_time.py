@@ -39,32 +39,39 @@ def _collect_irregular(root: Path, seed: int) -> None:
         client.collect(TOKENS, "0.01s", count=len(steps), out=root, on_round=lambda n, f: sandbox.advance(steps[n - 1]))
 
 
-def _append_a_candle_seen_late(root: Path) -> dt.datetime:
-    """One more fetch, after the last, that reports an older 1h candle for bitcoin (a service that
-    serves a stale answer): it must never become the as-of answer over the newer candle."""
+def _append_odd_fetches(root: Path) -> None:
+    """Two more fetches of bitcoin's 1h figures after the last round: one that reports an old
+    candle (a service serving a stale answer: it must never become the as-of answer over the
+    newer candle), then one that reports a new candle without its rsi14 (the as-of answer for
+    rsi14 stays the older candle, found before the new candle was first shown)."""
     last = defilens.scan(root, "snapshot").select(pl.col("fetched_at").max()).collect().item()
-    late = last + dt.timedelta(minutes=3)
 
-    def again(name: str) -> pl.DataFrame:
+    def again(name: str, at: dt.datetime) -> pl.DataFrame:
         rows = (
             defilens.scan(root, name)
             .filter(pl.col("fetched_at") == last, pl.col("token") == "bitcoin", pl.col("interval") == "1h")
             .collect()
         )
-        return rows.with_columns(pl.lit(late).cast(pl.Datetime("ms", "UTC")).alias("fetched_at"))
+        return rows.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("fetched_at"))
 
-    # A close from before the history began: no fetch had shown it.
-    ta = again("ta_updated").with_columns(pl.col("updated_at") - dt.timedelta(days=3))
-    for name, frame in (("ta_updated", ta), ("indicators", again("indicators")), ("patterns", again("patterns"))):
+    def append(name: str, frame: pl.DataFrame) -> None:
         write_deltalake(str(root / name), to_disk(frame), mode="append", partition_by=["date"])
-    return late
+
+    stale = last + dt.timedelta(minutes=3)
+    # A close from before the history began: no fetch had shown it.
+    append("ta_updated", again("ta_updated", stale).with_columns(pl.col("updated_at") - dt.timedelta(days=3)))
+    append("indicators", again("indicators", stale))
+    append("patterns", again("patterns", stale))
+    partial = last + dt.timedelta(minutes=6)
+    append("ta_updated", again("ta_updated", partial).with_columns(pl.col("updated_at") + dt.timedelta(hours=1)))
+    append("indicators", again("indicators", partial).filter(pl.col("indicator") != "rsi14"))
 
 
 @pytest.fixture(scope="module", params=[3, 8])
 def history(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp(f"pit{request.param}") / "h"
     _collect_irregular(root, request.param)
-    _append_a_candle_seen_late(root)
+    _append_odd_fetches(root)
     return root
 
 
@@ -136,13 +143,23 @@ def test_asof_of_the_snapshot_is_the_last_fetch_at_or_before(history: Path) -> N
 
 
 def test_a_candle_seen_late_never_replaces_a_newer_one(history: Path) -> None:
-    late = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
-    late = late + dt.timedelta(minutes=3)
     panel = defilens.panel(history, tokens="bitcoin", intervals="1h", indicators="rsi14").collect()
-    stale = panel.filter(pl.col("first_seen_at") == late)
-    assert stale.height == 1  # the old candle, first seen (as far as this history knows) at the late fetch
-    rows = defilens.asof(history, late, tokens="bitcoin", intervals="1h", indicators="rsi14")
+    stale = panel.filter(pl.col("lag") > dt.timedelta(days=2))
+    assert stale.height == 1  # the old candle, first seen (as far as this history knows) by the stale fetch
+    at = stale["first_seen_at"].item()
+    rows = defilens.asof(history, at, tokens="bitcoin", intervals="1h", indicators="rsi14")
     assert rows["candle_close"].item() == panel["candle_close"].max() > stale["candle_close"].item()
+
+
+def test_a_value_left_out_of_the_newest_candle_is_read_from_the_one_before(history: Path) -> None:
+    closes = defilens.scan(history, "ta_updated").filter(pl.col("token") == "bitcoin", pl.col("interval") == "1h")
+    newest = closes.select(pl.col("updated_at").max(), pl.col("fetched_at").max()).collect().row(0)
+    at = newest[1] + dt.timedelta(minutes=1)
+    rows = defilens.asof(history, at, tokens="bitcoin", intervals="1h")
+    by_name = {name: close for name, close in rows.select("indicator", "candle_close").iter_rows()}
+    assert by_name["sma20"] == newest[0]
+    assert by_name["rsi14"] < newest[0]  # not in the newest candle's fetch: the candle before
+    assert rows.equals(_brute_values(defilens.panel(history, tokens="bitcoin", intervals="1h").collect(), [at]))
 
 
 def test_candle_times_follow_the_catalogue(history: Path) -> None:

@@ -10,11 +10,12 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 import polars as pl
 
 from .._exceptions import DefiLensWarning, HistoryError
+from .._frames import INTERVAL
 from ..history._layout import State, state
 from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
 from ._panel import _CLOSE, closes, panel_of
-from ._scope import Names, Scope, scope_of
+from ._scope import CATALOGUE, Names, Scope, scope_of
 
 UTC_MS = pl.Datetime("ms", "UTC")
 #: Decision times this far past the history's last fetch get a warning: their values are old.
@@ -109,12 +110,9 @@ def asof(
         plan = _patterns_asof(root, scope, moments, before)
     else:
         plan = _values_asof(root, scope, moments, before)
-    if lazy:
-        return plan
-    with warnings.catch_warnings():
-        # Both sides of the as-of join are sorted by the plan; polars cannot check that within groups.
-        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
-        return plan.collect()
+        if not lazy:
+            return _values_asof_near(root, scope, moments, before)
+    return plan if lazy else _collect(plan)
 
 
 def _check_has(root: Any, scope: Scope) -> None:
@@ -197,16 +195,84 @@ def _values_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterabl
     )
 
 
-def _patterns_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
-    before = list(before)
+def _current_candles(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
+    """Per decision time and (token, interval): the latest candle any fetch had shown by then,
+    and when it was first shown (from ``ta_updated``, the small table)."""
     series = ["token", "interval"]
     fetched = (
-        closes(root, scope, before).group_by(*series, _CLOSE).agg(pl.col("fetched_at").min().alias("candle_seen_at"))
+        closes(root, scope, list(before))
+        .group_by(*series, _CLOSE)
+        .agg(pl.col("fetched_at").min().alias("candle_seen_at"))
     )
-    current = _latest(moments, _frontier(fetched, series, "candle_seen_at"), series, "candle_seen_at").select(
-        "at", *series, _CLOSE
+    return _latest(moments, _frontier(fetched, series, "candle_seen_at"), series, "candle_seen_at").select(
+        "at", *series, _CLOSE, "candle_seen_at"
     )
-    patterns = panel_of(root, scope, before).select(*scope.keys, "candle_open", _CLOSE, "first_seen_at")
+
+
+def _values_asof_near(root: Any, scope: Scope, moments: pl.DataFrame, before: List[pl.Expr]) -> pl.DataFrame:
+    """`_values_asof`, exactly, reading only the fetches since the oldest current candle.
+
+    The answer for a key is never newer than its (token, interval)'s current candle (an
+    indicator's candles are candles of ``ta_updated``, seen no earlier), and where it is that
+    candle, every fetch of it is at or after the candle was first shown: so it is read from those
+    fetches alone. The (token, interval) pairs where some key's answer is an older candle (a
+    value the service left out, an indicator it stopped sending) are read again from all their
+    rows. A cross-section at one moment of a year's history reads about a day of it."""
+    current = _collect(_current_candles(root, scope, moments, before))
+    if current.is_empty():
+        return _collect(_values_asof(root, scope, moments, before))
+    lower = current.select(pl.col("candle_seen_at").min()).item()
+    near = [*before, pl.col("fetched_at") >= lower, pl.col("date") >= (lower - dt.timedelta(days=1)).date()]
+    found = _collect(_values_asof(root, scope, moments, near))
+    series = ["token", "interval"]
+    exact = found.join(current.select("at", *series, _CLOSE), on=["at", *series, _CLOSE], how="semi")
+    # Every key the catalogue expects of each current candle must be answered exactly.
+    names = pl.DataFrame(
+        [
+            (interval, name)
+            for name, intervals in CATALOGUE[scope.frame].items()
+            if scope.names is None or name in scope.names
+            for interval in intervals
+        ],
+        schema={"interval": pl.String, scope.name_column: pl.String},
+        orient="row",
+    )
+    expected = current.select("at", *series).with_columns(pl.col("interval").cast(pl.String)).join(names, on="interval")
+    answered = exact.select("at", *series, scope.name_column).with_columns(pl.col("interval").cast(pl.String))
+    redo = pl.concat(
+        [
+            expected.join(answered, on=["at", *series, scope.name_column], how="anti").select(series),
+            found.join(exact, on=["at", *scope.keys], how="anti")
+            .select(series)
+            .with_columns(pl.col("interval").cast(pl.String)),
+        ]
+    ).unique()
+    if redo.is_empty():
+        return exact
+    again = Scope(
+        scope.frame,
+        tuple(redo["token"].unique().sort()),
+        tuple(redo["interval"].unique().sort()),
+        scope.names,
+    )
+    redone = _collect(_values_asof(root, again, moments, before)).join(
+        redo.with_columns(pl.col("interval").cast(INTERVAL)), on=series, how="semi"
+    )
+    kept = exact.join(redo.with_columns(pl.col("interval").cast(INTERVAL)), on=series, how="anti")
+    return pl.concat([kept, redone]).sort("at", *scope.keys)
+
+
+def _collect(plan: pl.LazyFrame) -> pl.DataFrame:
+    with warnings.catch_warnings():
+        # Both sides of an as-of join are sorted by the plan; polars cannot check that within groups.
+        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
+        return plan.collect(engine="streaming")
+
+
+def _patterns_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
+    series = ["token", "interval"]
+    current = _current_candles(root, scope, moments, before).select("at", *series, _CLOSE)
+    patterns = panel_of(root, scope, list(before)).select(*scope.keys, "candle_open", _CLOSE, "first_seen_at")
     return (
         current.join(patterns, on=[*series, _CLOSE], how="inner")
         .filter(pl.col("first_seen_at") <= pl.col("at"))
