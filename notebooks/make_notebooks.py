@@ -289,7 +289,7 @@ NOTEBOOKS["05_research.ipynb"] = [
     ),
     new_code_cell(RESEARCH_AUDIT),
     new_markdown_cell(
-        "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), the candle it belongs to (`candle_open`, `candle_close`: the service's time), how late it was seen (`lag`: two minutes here, the rounds poll two minutes after each close), and how many values the service gave for it (`revisions`)."
+        "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), the candle it belongs to (`candle_close`, `candle_open`: the service's time), how late it was seen (`lag`: two minutes here, the rounds poll two minutes after each close), and how many values the service gave for it (`revisions`)."
     ),
     new_code_cell(RESEARCH_PANEL),
     new_markdown_cell(

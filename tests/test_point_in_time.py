@@ -91,7 +91,7 @@ def _brute_values(panel: pl.DataFrame, moments: List[dt.datetime]) -> pl.DataFra
         known = panel.filter(pl.col("first_seen_at") <= at)
         latest = known.sort("candle_close").group_by(VALUE_KEYS).last()
         parts.append(latest.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("at")))
-    columns = ["at", *VALUE_KEYS, "candle_open", "candle_close", "first_seen_at", "value"]
+    columns = ["at", *VALUE_KEYS, "candle_close", "candle_open", "first_seen_at", "value"]
     return pl.concat(parts).select(columns).sort("at", *VALUE_KEYS)
 
 
@@ -124,7 +124,7 @@ def test_asof_of_patterns_equals_a_brute_force_filter_per_moment(history: Path) 
         shown = patterns.join(current, on=["token", "interval", "candle_close"]).filter(pl.col("first_seen_at") <= at)
         parts.append(shown.with_columns(pl.lit(at).cast(pl.Datetime("ms", "UTC")).alias("at")))
     keys = ["token", "interval", "family", "pattern"]
-    expected = pl.concat(parts).select("at", *keys, "candle_open", "candle_close", "first_seen_at").sort("at", *keys)
+    expected = pl.concat(parts).select("at", *keys, "candle_close", "candle_open", "first_seen_at").sort("at", *keys)
     found = defilens.asof(history, moments, frame="patterns")
     assert found.height == expected.height > 0
     assert found.equals(expected)

@@ -79,11 +79,11 @@ def asof(
     collector had them, never by a candle's time.
 
     - ``indicators`` / ``signals``: per (``token``, ``interval``, ``indicator``), the latest
-      candle whose ``first_seen_at <= at``: ``at``, the keys, ``candle_open``, ``candle_close``,
+      candle whose ``first_seen_at <= at``: ``at``, the keys, ``candle_close``, ``candle_open``,
       ``first_seen_at``, ``value`` (as first seen).
     - ``patterns``: per (``token``, ``interval``), the latest candle first seen by ``at`` and the
       patterns shown for it by then: ``at``, ``token``, ``interval``, ``family``, ``pattern``,
-      ``candle_open``, ``candle_close``, ``first_seen_at``.
+      ``candle_close``, ``candle_open``, ``first_seen_at``.
     - ``snapshot``: per token, the latest fetch at or before ``at``: ``at``, ``token``,
       ``fetched_at`` and the ``columns`` asked for (default price, market cap, rank, volume).
 
@@ -187,10 +187,10 @@ def _latest(moments: pl.DataFrame, rows: pl.LazyFrame, keys: List[str], time: st
 
 def _values_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
     keys = scope.keys
-    candles = panel_of(root, scope, list(before)).select(*keys, "candle_open", _CLOSE, "first_seen_at", "value")
+    candles = panel_of(root, scope, list(before)).select(*keys, _CLOSE, "candle_open", "first_seen_at", "value")
     return (
         _latest(moments, _frontier(candles, keys, "first_seen_at"), keys, "first_seen_at")
-        .select("at", *keys, "candle_open", _CLOSE, "first_seen_at", "value")
+        .select("at", *keys, _CLOSE, "candle_open", "first_seen_at", "value")
         .sort("at", *keys)
     )
 
@@ -272,11 +272,11 @@ def _collect(plan: pl.LazyFrame) -> pl.DataFrame:
 def _patterns_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
     series = ["token", "interval"]
     current = _current_candles(root, scope, moments, before).select("at", *series, _CLOSE)
-    patterns = panel_of(root, scope, list(before)).select(*scope.keys, "candle_open", _CLOSE, "first_seen_at")
+    patterns = panel_of(root, scope, list(before)).select(*scope.keys, _CLOSE, "candle_open", "first_seen_at")
     return (
         current.join(patterns, on=[*series, _CLOSE], how="inner")
         .filter(pl.col("first_seen_at") <= pl.col("at"))
-        .select("at", *scope.keys, "candle_open", _CLOSE, "first_seen_at")
+        .select("at", *scope.keys, _CLOSE, "candle_open", "first_seen_at")
         .sort("at", *scope.keys)
     )
 

@@ -29,7 +29,7 @@ class Audit:
         stale: fetches whose ``fetched_at - updated_at`` exceeds the interval: token, interval,
             fetched_at, updated_at, behind.
         revisions: repainted candles (more than one value for the same candle), as `panel` gives
-            them: token, interval, indicator, candle_open, candle_close, first_seen_at, value,
+            them: token, interval, indicator, candle_close, candle_open, first_seen_at, value,
             last_value, revisions, lag.
     """
 

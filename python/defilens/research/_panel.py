@@ -19,8 +19,8 @@ from ._scope import Names, Scope, candle_times, scope_of
 
 #: The panel's columns for a frame whose rows carry a value (indicators, signals).
 VALUE_COLUMNS = [
-    "candle_open",
     "candle_close",
+    "candle_open",
     "first_seen_at",
     "value",
     "last_value",
@@ -56,7 +56,7 @@ def panel(
     """The point-in-time panel of one frame of a collected history, as a LazyFrame.
 
     ``indicators`` and ``signals`` (MACD state): one row per (``token``, ``interval``,
-    ``indicator``, candle) with ``candle_open`` and ``candle_close`` (the service's candle: the
+    ``indicator``, candle) with ``candle_close`` and ``candle_open`` (the service's candle: the
     close is the ``ta_updated`` time the same fetch reported, the open that less the interval's
     length), ``first_seen_at`` (the ``fetched_at`` of the first fetch that showed this candle:
     when the value became knowable), ``value`` (as first seen), ``last_value`` (as last seen for
