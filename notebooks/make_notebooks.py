@@ -245,7 +245,7 @@ fig.colorbar(image, label="share missing")
 plt.show()"""
 
 RESEARCH_PANEL = """panel = defilens.panel(root, intervals="1h", indicators="rsi14")
-panel.sort("token", "candle_close").collect().head(8)"""
+panel.select("token", "candle_open", "candle_close", "first_seen_at", "lag", "value", "revisions").sort("token", "candle_close").collect().head(8)"""
 
 RESEARCH_REPAINTS = """# A service that repaints: the Sandbox's repaint_rate=0.3 gives three in ten (token, close) pairs
 # provisional values for a minute after the close. Two polls, 20 s and 80 s after 13:00, see both.
