@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional
 import polars as pl
 
 from .._exceptions import HistoryError
-from ._layout import CONVERTING, State, states
+from ._layout import CONVERTING, State, check_tables, states
 from ._layout import converting as _converting
 from ._root import PathLike, Root, require, require_history, root_of
-from ._tables import PARTITION, TABLE_PROPERTIES, TABLES, create, load, one_line, to_disk
+from ._tables import DESCRIPTION, PARTITION, TABLE_PROPERTIES, TABLES, create, load, marker, one_line, to_disk
 
 #: The app id of the commits that rewrite a day during conversion.
 CONVERT_APP = "defilens-convert"
@@ -111,6 +111,8 @@ def _in_place(root: Root, name: str) -> None:
         root.table(name),
         partition_by=Schema([Field(PARTITION, PrimitiveType("date"))]),
         partition_strategy="hive",
+        name=marker(name),
+        description=DESCRIPTION,
         configuration=TABLE_PROPERTIES,
         storage_options=root.options(),
     )
@@ -150,6 +152,8 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
                     partial[name] = _old_files(root, name)
     if not todo and not partial:
         return report
+    if not resuming:
+        check_tables(root, found)  # a foreign table here stops the conversion before it changes anything
     obstore.put(store, CONVERTING, b"")
     for name, days in {**partial, **todo}.items():
         if not days:
