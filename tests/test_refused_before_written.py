@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from history_checks import assert_whole_rounds, write_old_round
+from test_object_storage import _client, _keys, bucket, s3  # noqa: F401 (fixtures)
 
 import defilens
 from defilens.history import TABLES
@@ -35,7 +36,7 @@ TOKENS = ["bitcoin", "ethereum", "unknown-coin"]
 CLI = [sys.executable, "-m", "defilens"]
 
 
-def _collect(root: Path, rounds: int = 1, *, on_round=None, **settings) -> Tuple[int, int]:
+def _collect(root: "Path | str", rounds: int = 1, *, on_round=None, **settings) -> Tuple[int, int]:
     """(rounds committed, requests the Sandbox answered); a round the Sandbox's hour apart."""
     with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
 
@@ -386,3 +387,41 @@ def test_cli_sets_an_unreadable_spool_entry_aside_without_a_traceback(bad_spool)
     assert run.stderr.count("set aside") == len(bad), run.stderr
     assert str(root / "_spool" / "set_aside") in run.stderr
     assert _spooled(root) == []
+
+
+# -- the same in object storage (moto's S3 on loopback, the fixtures of test_object_storage) --------
+
+
+def test_in_s3_a_foreign_table_is_refused_and_a_bad_spool_entry_set_aside(
+    bucket: str,  # noqa: F811 (the fixture)
+    s3: Dict[str, str],  # noqa: F811 (the fixture)
+) -> None:
+    root = f"{bucket}/history"
+    write_deltalake(
+        f"{root}/indicators",
+        pl.DataFrame({"token": ["bitcoin"], "date": [dt.date(2026, 1, 1)], "price": [1.0]}),
+        partition_by=["date"],
+        storage_options=s3,
+    )
+    keys = _keys(bucket, s3)
+    with Sandbox() as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        with pytest.raises(defilens.HistoryError, match=r"not a defilens 'indicators' table"):
+            client.collect(TOKENS, "0.01s", count=1, out=root, raw=True, storage_options=s3)
+        assert sandbox.requests == 0
+    assert _keys(bucket, s3) == keys
+    bucket_client = _client(s3)
+    for key in keys:
+        bucket_client.delete_object(Bucket=bucket.split("://")[1], Key=key)
+    # A spool entry of another version: set aside in the bucket, its name kept; the collect goes on.
+    bucket_client.put_object(
+        Bucket=bucket.split("://")[1], Key="history/_spool/defilens-old/000000000003.round", Body=b"v0"
+    )
+    with pytest.warns(
+        defilens.DefiLensWarning, match=r"set aside as s3://.*/_spool/set_aside/defilens-old/000000000003"
+    ):
+        _collect(root, 1, storage_options=s3)
+    keys = _keys(bucket, s3)
+    assert "history/_spool/set_aside/defilens-old/000000000003.round" in keys
+    assert not [key for key in keys if key.startswith("history/_spool/") and "set_aside" not in key]
+    assert assert_whole_rounds(root, s3) == 2

@@ -108,11 +108,14 @@ class Spool:
         target = f"{SET_ASIDE}/{path[len(SPOOL) + 1 :]}"
         try:
             try:
-                obstore.rename(self.store, path, target, overwrite=False)
-            except FileExistsError:
-                # One of that name was set aside before (another root's spool copied here?): keep both.
+                obstore.head(self.store, target)
+                # One of that name was set aside before (a spool copied from another root?): keep both.
                 target = f"{target[: -len(SUFFIX)]}.{uuid.uuid4().hex[:8]}{SUFFIX}"
-                obstore.rename(self.store, path, target, overwrite=False)
+            except FileNotFoundError:
+                pass
+            # Not rename-if-absent: S3 has no copy-if-not-exists. Two processes setting the same
+            # entry aside write the same bytes under the same name.
+            obstore.rename(self.store, path, target)
         except FileNotFoundError:
             return  # another process set it aside (and said so) meanwhile
         except Exception as error:  # obstore's errors, OSError

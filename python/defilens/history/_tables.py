@@ -272,16 +272,17 @@ def commit(
 
 
 def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
-    """Creates the table empty, with the columns of ``like``. Rows are never written by the commit
-    that creates a table: two processes creating it at once would both succeed in delta-rs (the
-    second as a plain append), and an app transaction in either would then not guard its round."""
+    """Creates the table empty, with the columns of ``like`` and the defilens marker (`marker`),
+    or returns the table another process created meanwhile. Rows are never written by the commit
+    that creates a table (an app transaction in a creating commit would not guard its round), and
+    the creating commit is never an append to a table that is there already, ours or not."""
     deltalake = require("deltalake")
     uri = root.table(name)
     try:
         deltalake.write_deltalake(
             uri,
             like.head(0),
-            mode="append",
+            mode="error",
             partition_by=[PARTITION],
             name=marker(name),
             description=DESCRIPTION,
