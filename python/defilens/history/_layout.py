@@ -140,7 +140,10 @@ def ready(root: Root, name: str) -> "Optional[DeltaTable]":
             raise foreign_files(root, [name])
         # Nothing there, or a log without a first commit (a creation cut short): the commit creates it.
         return None
-    check_ours(table, name, root.table(name))
+    try:
+        check_ours(table, name, root.table(name))
+    except HistoryError as error:
+        raise HistoryError(f"{error} (nothing was written)") from None
     if root.is_local:
         check_writable_table(root.table(name), str(table.metadata().id))
     return table

@@ -182,14 +182,14 @@ def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
     if label.startswith(MARKER) and label != marker(name):
         raise HistoryError(
             f"{uri!r} is the defilens {label[len(MARKER) :]!r} table, not the {name!r} table: move it back to its own "
-            "folder (nothing was written)"
+            "folder"
         )
     other = sorted(column for column, kind in found.items() if column in expected and kind != expected[column])
     if label == marker(name) and partitions == [PARTITION]:
         if other:
             raise HistoryError(
                 f"the defilens table {uri!r} has columns of other types than this version writes ({', '.join(other[:5])}):"
-                " collect into a new root (nothing was written)"
+                " collect into a new root"
             )
     else:
         missing = sorted(set(expected) - set(found) - set(ADDED_SINCE.get(name, ())))
@@ -207,7 +207,7 @@ def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
             )
             raise HistoryError(
                 f"{uri!r} is a Delta table of another dataset ({why}), not a defilens {name!r} table: give collect a "
-                "root of its own, or move that table away (nothing was written)"
+                "root of its own, or move that table away"
             )
     with _OURS_LOCK:
         _OURS.add(key)
