@@ -14,7 +14,7 @@ import json
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -300,16 +300,28 @@ def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
     return table
 
 
+def loaded_and_ours(root: Root, name: str) -> "Optional[DeltaTable]":
+    """The table ``name`` loaded and found ours (`check_ours`), or None when there is none yet."""
+    table = load(root, name)
+    if table is not None:
+        check_ours(table, name, root.table(name))
+    return table
+
+
 def commit_round(
-    root: Root, tables: Mapping[str, pl.DataFrame], app_id: str, version: int, metadata: Mapping[str, str]
+    root: Root,
+    tables: Mapping[str, pl.DataFrame],
+    app_id: str,
+    version: int,
+    metadata: Mapping[str, str],
+    ready: "Callable[[Root, str], Optional[DeltaTable]]" = loaded_and_ours,
 ) -> Dict[str, bool]:
     """Commits one round to each of its tables at once (a commit waits mostly on storage), one
     commit a table. Empty frames are not committed: there is nothing of the round to lose.
-    Every table is loaded and checked (`_layout.ready`) before the first commit, so a table that
-    is not ours stops the round before any table has it. Raises the first failure once every
-    commit has finished."""
-    from ._layout import ready  # _layout reads this module's names
-
+    Every table is loaded and checked by ``ready`` (collect gives `_layout.ready`, which also
+    refuses foreign files and unwritable tables) before the first commit, so a table that is not
+    ours stops the round before any table has it. Raises the first failure once every commit has
+    finished."""
     work = {name: frame for name, frame in tables.items() if frame.height}
     if not work:
         return {}
