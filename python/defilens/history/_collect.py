@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
-from ._layout import check_writable_layout
+from ._layout import check_writable_layout, ready
 from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._spool import Spool
@@ -41,7 +41,7 @@ def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
     then takes it out of the spool."""
     tables, _ = tables_of(round_)
-    commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+    commit_round(root, tables, round_.app_id, round_.number, round_.metadata, ready=ready)
     spool.drop(path)
 
 

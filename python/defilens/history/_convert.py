@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
-from ._layout import CONVERTING, State, states
+from ._layout import CONVERTING, State, check_tables, states
 from ._lock import Busy, compaction_lock
 from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, commit, create, frame_schema, load, one_line
@@ -399,6 +399,7 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
         old = [name for name, value in found.items() if value is State.OLD_LAYOUT]
         if not old:
             return {"tables": 0, "rows": 0, "rewritten": []}
+        check_tables(root, found)  # a foreign Delta table here stops the conversion before it changes anything
         manifest = {"format": MANIFEST_FORMAT, "tables": _plan(root, old), "checked": {}}
     try:
         # No compaction meanwhile: the vacuum that deletes what interrupted commits left would
