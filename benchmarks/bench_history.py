@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import polars as pl
 
@@ -422,18 +422,18 @@ def bench_year(tokens: int, days: int, folder: str) -> Dict[str, Any]:
     return result
 
 
-def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) -> Dict[str, Any]:
-    """panel and audit over a year: ``days`` days of rounds every ``step_minutes`` for ``tokens``
-    tokens (indicators and ta_updated, a day a commit), then one token's panel, the whole
-    panel counted, and the audit, each timed."""
+def research_history(root: str, tokens: int, step_minutes: int) -> "Callable[[int], None]":
+    """A writer of a history's days for the research benchmarks: rounds every ``step_minutes``
+    for ``tokens`` tokens, each a day a commit to ``indicators``, ``ta_updated`` and ``snapshot``.
+    Values move from round to round (and so from candle to candle), as a service's do."""
     from deltalake import write_deltalake
 
-    root = f"{folder}/research-{tokens}"
     ids = token_ids(tokens)
     bodies = round_bodies(ids, START)
     tables, _ = tables_of(Round("x", 0, START, bodies, round_log(bodies), False))
     indicators = to_disk(tables["indicators"]).drop("fetched_at", "date")
     ta_updated = to_disk(tables["ta_updated"]).drop("fetched_at", "date", "updated_at")
+    snapshot = to_disk(tables["snapshot"]).drop("fetched_at", "date")
     step = dt.timedelta(minutes=step_minutes)
 
     def write_day(day: int) -> None:
@@ -445,8 +445,19 @@ def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) 
                 )
             }
         ).with_columns(pl.lit(begin.date()).alias("date"))
+        moved = 1 + 0.001 * pl.col("fetched_at").dt.minute()
         write_deltalake(
-            f"{root}/indicators", stamps.join(indicators, how="cross"), mode="append", partition_by=["date"]
+            f"{root}/indicators",
+            stamps.join(indicators, how="cross").with_columns(pl.col("value") * moved),
+            mode="append",
+            partition_by=["date"],
+        )
+        write_deltalake(
+            f"{root}/snapshot",
+            stamps.join(snapshot, how="cross").with_columns(pl.col("current_price") * moved),
+            mode="append",
+            partition_by=["date"],
+            schema_mode="merge",
         )
         # Each interval's last close: hourly polls see every 1h candle once, a 4h one four times.
         closes = stamps.join(ta_updated, how="cross").with_columns(
@@ -463,6 +474,17 @@ def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) 
             ).alias("updated_at")
         )
         write_deltalake(f"{root}/ta_updated", closes, mode="append", partition_by=["date"])
+
+    return write_day
+
+
+def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) -> Dict[str, Any]:
+    """panel and audit over a year: ``days`` days of rounds every ``step_minutes`` for ``tokens``
+    tokens (indicators and ta_updated, a day a commit), then one token's panel, the whole
+    panel counted, and the audit, each timed."""
+    root = f"{folder}/research-{tokens}"
+    ids = token_ids(tokens)
+    write_day = research_history(root, tokens, step_minutes)
 
     t0 = time.perf_counter()
     for day in range(days):
@@ -512,6 +534,89 @@ def bench_research(tokens: int, days: int, folder: str, step_minutes: int = 60) 
         "load": load(),
     }
     print(f"research {tokens} tokens: {result}", flush=True)
+    return result
+
+
+_ASOF_CHILD = """
+import datetime as dt, json, sys, time
+import polars as pl
+import defilens
+
+def peak_mib():
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+root, kind, first, hours, step = sys.argv[1], sys.argv[2], dt.datetime.fromisoformat(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+moments = [first + dt.timedelta(hours=h) for h in range(0, hours, step)]
+scopes = {
+    "unscoped, then filtered": dict(),
+    "one indicator": dict(intervals="1h", indicators="rsi14"),
+    "snapshot prices": dict(frame="snapshot", columns="current_price"),
+    "cross-section": dict(intervals="1h"),
+}
+# ru_maxrss would count the parent's pages before exec; the high-water mark is reset instead.
+open("/proc/self/clear_refs", "w").write("5")
+baseline = peak_mib()
+started = time.perf_counter()
+answer = defilens.asof(root, moments, **scopes[kind])
+if kind.startswith("unscoped"):
+    answer = answer.filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
+rows = answer.height
+elapsed = time.perf_counter() - started
+print(json.dumps({"seconds": elapsed, "rows": rows, "moments": len(moments), "peak_mib": peak_mib(), "baseline_mib": baseline}))
+"""
+
+
+def _asof_child(root: str, kind: str, first: dt.datetime, hours: int, step: int = 1) -> Dict[str, Any]:
+    """One as-of read in a fresh process: its time (the call alone) and the process's peak RSS."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _ASOF_CHILD, root, kind, first.isoformat(), str(hours), str(step)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_asof(tokens: int, days: int, folder: str, step_minutes: int) -> Dict[str, Any]:
+    """Scoped as-of reads on a history of ``days`` days of rounds every ``step_minutes`` for
+    ``tokens`` tokens: one indicator at one interval and the snapshot's price at an hourly grid of
+    decision times over the whole history, and a whole cross-section (every token, every
+    indicator of 1h) at the last moment; each in a fresh process, timed and its peak RSS read."""
+    root = f"{folder}/asof-{tokens}-{days}-{step_minutes}"
+    write_day = research_history(root, tokens, step_minutes)
+    t0 = time.perf_counter()
+    for day in range(days):
+        write_day(day)
+        if day % 30 == 29:
+            print(f"asof: day {day + 1} written ({time.perf_counter() - t0:.0f} s)", flush=True)
+    writing = time.perf_counter() - t0
+    rows = defilens.scan(root, "indicators").select(pl.len()).collect().item()
+    first = START + dt.timedelta(hours=1)
+    hours = days * 24 - 1
+    result: Dict[str, Any] = {
+        "tokens": tokens,
+        "days": days,
+        "step minutes": step_minutes,
+        "indicator rows": rows,
+        "writing": writing,
+    }
+    kinds = [("one indicator", (hours, 1))]
+    if days <= 30:
+        kinds.append(("unscoped, then filtered", (hours, 1)))  # what an as-of of every key costs
+    for kind, grid in (
+        *kinds,
+        ("snapshot prices", (hours, 1)),
+        ("cross-section", (1, 1)),
+    ):
+        start = first if kind != "cross-section" else START + dt.timedelta(days=days) - dt.timedelta(minutes=1)
+        measured = _asof_child(root, kind, start, *grid)
+        result[kind] = measured
+        print(f"asof {kind}: {measured}", flush=True)
+    result["load"] = load()
+    print(f"asof {tokens} tokens: {result}", flush=True)
     return result
 
 
@@ -615,12 +720,36 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
                     r["query compacted"] < 1,
                 )
             )
+    if "asof" in results:
+        r = results["asof"]
+        kinds = [k for k in ("one indicator", "snapshot prices", "cross-section", "unscoped, then filtered") if k in r]
+        rows = [
+            [k, f"{r[k]['moments']:,}", f"{r[k]['rows']:,}", f"{r[k]['seconds']:.2f}", f"{r[k]['peak_mib']:,.0f}"]
+            for k in kinds
+        ]
+        sections.append(
+            f"As-of reads over {r['days']} days of rounds every {r['step minutes']} minutes for {r['tokens']} tokens "
+            f"({r['indicator rows']:,} indicator rows, one file a day a table), each in a fresh process (seconds: the "
+            f"call alone; peak RSS: the process's high-water mark, reset after import, about 70 MiB). Load {r['load']}.\n\n"
+            + table(["read", "decision times", "rows", "seconds", "peak RSS MiB"], rows, "lrrrr")
+        )
+        goal = (0.5, 300) if r["days"] <= 30 else (30, 2048)
+        for k in ("one indicator", "snapshot prices", "cross-section"):
+            if k in r:
+                targets.append(
+                    target(
+                        f"asof {k}, {r['days']} days, {r['tokens']} tokens",
+                        f"{r[k]['seconds']:.2f} s, {r[k]['peak_mib']:,.0f} MiB",
+                        f"< {goal[0]} s and < {goal[1]} MiB",
+                        r[k]["seconds"] < goal[0] and r[k]["peak_mib"] < goal[1],
+                    )
+                )
     return {"title": "History on Delta Lake", "body": "\n\n".join(sections), "targets": targets, "results": results}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["commit", "log", "day", "year", "research", "all"])
+    parser.add_argument("part", choices=["commit", "log", "day", "year", "research", "asof", "all"])
     parser.add_argument(
         "--tokens", type=int, default=None, help="tokens for day/year (default 2,000 for day, 200 for year)"
     )
@@ -647,6 +776,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             results["year"] = bench_year(args.tokens or 200, args.days, folder)
         if args.part in ("research", "all"):
             results["research"] = bench_research(args.tokens or 200, args.days, folder, args.step_minutes)
+        if args.part in ("asof", "all"):
+            results["asof"] = bench_asof(args.tokens or 150, args.days, folder, args.step_minutes)
     finally:
         if args.folder is None:
             shutil.rmtree(folder, ignore_errors=True)

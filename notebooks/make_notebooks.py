@@ -5,6 +5,7 @@ Run: python notebooks/make_notebooks.py   (or: make notebooks)
 """
 
 import os
+import sys
 from pathlib import Path
 
 import nbformat
@@ -215,14 +216,15 @@ import matplotlib.pyplot as plt
 import defilens
 
 # A history on a simulated clock: hourly rounds for six tokens, with a deliberate hole (the
-# collector paused for six hours), so the audit has something to find.
+# collector paused for six hours), so the audit has something to find. The client is bound to the
+# Sandbox's clock (base_url=sandbox), so the whole history is stamped in simulated time.
 tokens = ["bitcoin", "ethereum", "solana", "dogecoin", "cardano", "chainlink"]
 root = tempfile.mkdtemp() + "/history"
 sandbox = defilens.testing.Sandbox(seed=3, now="2026-03-01T00:02:00Z")
-client = defilens.Client(base_url=sandbox.url)
-client.collect(tokens, "0.01s", count=12, out=root, on_round=lambda n, f: sandbox.advance("1h"))
-sandbox.advance("6h")                                   # the hole
-client.collect(tokens, "0.01s", count=12, out=root, on_round=lambda n, f: sandbox.advance("1h"))
+client = defilens.Client(base_url=sandbox)
+client.collect(tokens, "1h", count=12, out=root)        # the collector moves the still clock an hour a round
+sandbox.advance("7h")                                   # the hole: six hourly rounds not made
+client.collect(tokens, "1h", count=12, out=root)
 print(defilens.scan(root, "snapshot").select(pl.len()).collect().item(), "listing fetches collected")"""
 
 RESEARCH_AUDIT = """report = defilens.audit(root)
@@ -242,27 +244,23 @@ ax.set_title("candle closes missing (count; colour: share of expected)")
 fig.colorbar(image, label="share missing")
 plt.show()"""
 
-RESEARCH_PANEL = """panel = defilens.panel(root).filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
-panel.sort("token", "updated_at").collect().head(8)"""
+RESEARCH_PANEL = """panel = defilens.panel(root, intervals="1h", indicators="rsi14")
+panel.select("token", "candle_open", "candle_close", "first_seen_at", "lag", "value", "revisions").sort("token", "candle_close").collect().head(8)"""
 
 RESEARCH_REPAINTS = """# A service that repaints: the Sandbox's repaint_rate=0.3 gives three in ten (token, close) pairs
 # provisional values for a minute after the close. Two polls, 20 s and 80 s after 13:00, see both.
 repainting = defilens.testing.Sandbox(seed=3, now="2026-03-01T13:00:20Z", repaint_rate=0.3)
 repaint_root = tempfile.mkdtemp() + "/history"
-defilens.Client(base_url=repainting.url).collect(
+defilens.Client(base_url=repainting).collect(
     tokens, "0.01s", count=2, out=repaint_root, markets=False, on_round=lambda n, f: repainting.advance("1m")
 )
 repainting.stop()
 revised = defilens.panel(repaint_root).filter(pl.col("revisions") > 1, pl.col("indicator") == "rsi14")
-revised.select("token", "interval", "updated_at", "value", "last_value", "revisions").sort("token", "interval").collect()"""
+revised.select("token", "interval", "candle_close", "value", "last_value", "revisions").sort("token", "interval").collect()"""
 
 RESEARCH_ASOF = """first = defilens.panel(root).select(pl.col("first_seen_at").min()).collect().item()
-moments = [first + dt.timedelta(seconds=s) for s in (0, 1, 2)]
-screen = (
-    defilens.asof(root, moments)
-    .filter(pl.col("interval") == "1h", pl.col("indicator") == "rsi14")
-    .pivot(on="at", index="token", values="value")
-)
+moments = [first + dt.timedelta(hours=h) for h in (0, 11, 19)]    # before, at the end of, and after the hole
+screen = defilens.asof(root, moments, intervals="1h", indicators="rsi14").pivot(on="at", index="token", values="value")
 screen"""
 
 RESEARCH_VERIFY = """frames = client.fetch(tokens, markets=False)
@@ -287,11 +285,11 @@ NOTEBOOKS["05_research.ipynb"] = [
     ),
     new_code_cell(RESEARCH_SETUP),
     new_markdown_cell(
-        "## The audit: coverage, gaps, failures\n\nRounds an hour apart can see one 5m close in twelve and one 15m close in four: the audit counts the others as missing, as it should. The six-hour pause is the 6 missing 1h closes of every token. (On a simulated clock `fetched_at` is the real time of each fetch and `updated_at` the Sandbox's, so every fetch looks stale here; against the real service both are real time.)"
+        "## The audit: coverage, gaps, failures\n\nRounds an hour apart can see one 5m close in twelve and one 15m close in four: the audit counts the others as missing, as it should. The six-hour pause is the 6 missing 1h closes of every token. The whole history is on the Sandbox's simulated clock, so no fetch is stale."
     ),
     new_code_cell(RESEARCH_AUDIT),
     new_markdown_cell(
-        "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), how late that was (`lag`: months here, for the reason above), and how many values the service gave for it (`revisions`)."
+        "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), the candle it belongs to (`candle_close`, `candle_open`: the service's time), how late it was seen (`lag`: two minutes here, the rounds poll two minutes after each close), and how many values the service gave for it (`revisions`)."
     ),
     new_code_cell(RESEARCH_PANEL),
     new_markdown_cell(
@@ -299,7 +297,7 @@ NOTEBOOKS["05_research.ipynb"] = [
     ),
     new_code_cell(RESEARCH_REPAINTS),
     new_markdown_cell(
-        "## As-of reads\n\nThe RSI(14) on 1h a backtest may use at three decision times (a second apart: the simulated rounds were fetched within seconds of each other): only candles seen by then."
+        "## As-of reads\n\nThe RSI(14) on 1h a backtest may use at three decision times, on the history's (simulated) clock: the first round, the last round before the hole, and a round after it. Each is the value of the latest candle seen by then, never one seen later."
     ),
     new_code_cell(RESEARCH_ASOF),
     new_markdown_cell(
@@ -310,9 +308,15 @@ NOTEBOOKS["05_research.ipynb"] = [
 ]
 
 
-def main() -> None:
+def main(names: "list[str]") -> None:
+    """Runs and writes the notebooks named (all of them when none is)."""
     os.environ.pop("DEFILENS_API_KEY", None)
+    unknown = set(names) - set(NOTEBOOKS)
+    if unknown:
+        raise SystemExit(f"no notebook {', '.join(sorted(unknown))}; the notebooks are {', '.join(NOTEBOOKS)}")
     for name, cells in NOTEBOOKS.items():
+        if names and name not in names:
+            continue
         notebook = new_notebook(cells=cells)
         notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         notebook.metadata["language_info"] = {"name": "python"}
@@ -328,4 +332,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

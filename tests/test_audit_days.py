@@ -132,7 +132,7 @@ def _reference(root: Path) -> Dict[str, pl.DataFrame]:
         defilens.panel(root)
         .filter(pl.col("revisions") > 1)
         .collect()
-        .sort("token", "interval", "indicator", "updated_at")
+        .sort("token", "interval", "indicator", "candle_close")
     )
     return {"coverage": coverage, "gaps": gaps, "stale": stale, "revisions": revisions}
 

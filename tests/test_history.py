@@ -1,5 +1,5 @@
 """The history on Delta Lake: every round exactly once in every table (kill -9, several collectors,
-compaction beside them), time travel, conversion of the old layout, other engines reading it,
+compaction beside them), time travel, other engines reading it,
 reparse, replay, and bad input."""
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Dict
 
 import polars as pl
 import pytest
-from history_checks import assert_whole_rounds, write_old_round
+from history_checks import assert_whole_rounds
 from polars.testing import assert_frame_equal
 
 import defilens
@@ -289,80 +288,6 @@ def test_the_clock_reading_the_same_instant_twice_overwrites_nothing(tmp_path: P
     raw = defilens.scan(tmp_path / "h", "raw").collect()
     assert raw["round_start"].unique().to_list() == [frozen]
     assert assert_whole_rounds(tmp_path / "h") == 9
-
-
-# -- conversion of the layout of earlier versions ------------------------------------------------
-
-
-def _old_history(folder: Path, rounds: int = 4) -> Dict[str, int]:
-    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
-        client = defilens.Client(base_url=sandbox.url)
-        for number in range(rounds):
-            write_old_round(client.fetch(TOKENS, progress=False), folder, sandbox.now, number)
-            sandbox.advance("3h")
-    return {
-        name: pl.scan_parquet(str(folder / name / "*" / "*.parquet")).select(pl.len()).collect().item()
-        for name in TABLES
-        if (folder / name).exists()
-    }
-
-
-def test_convert_turns_the_old_layout_into_tables_in_place(tmp_path: Path) -> None:
-    root = tmp_path / "old"
-    rows = _old_history(root)
-    (root / "indicators" / "date=2026-01-01" / ".leftover.parquet.123.tmp").write_bytes(b"half")
-    snapshot_files = sorted(p.name for p in (root / "snapshot").rglob("*.parquet"))
-    with pytest.raises(defilens.HistoryError, match="defilens convert"):
-        _collect(root, 1)
-    with pytest.raises(defilens.HistoryError, match="defilens convert"):
-        defilens.scan(root, "snapshot")
-    report = defilens.convert(root)
-    assert (
-        report["tables"] == len(rows) and "indicators" in report["rewritten"] and "snapshot" not in report["rewritten"]
-    )
-    for name, count in rows.items():
-        assert defilens.scan(root, name).select(pl.len()).collect().item() == count, name
-    # In place: the snapshot's files are the same files.
-    assert sorted(p.name for p in (root / "snapshot").rglob("*.parquet")) == snapshot_files
-    assert defilens.scan(root, "indicators").collect_schema()["interval"] == defilens.INTERVAL
-    assert pl.scan_delta(str(root / "indicators")).select(pl.len()).collect().item() == rows["indicators"]
-    assert defilens.convert(root)["tables"] == 0  # idempotent
-    _collect(root, 2)  # the converted history takes new rounds
-    assert defilens.scan(root, "snapshot").select(pl.len()).collect().item() == rows["snapshot"] + 6
-    assert "error" in defilens.scan(root, "raw").collect_schema()
-
-
-def test_convert_refuses_files_that_are_not_a_history_and_changes_nothing(tmp_path: Path) -> None:
-    root = tmp_path / "old"
-    _old_history(root, 2)
-    (root / "snapshot" / "date=2026-01-01" / "notes.csv").write_text("mine")
-    (root / "indicators" / "date=2026-01-01" / "empty.parquet").write_bytes(b"")
-    with pytest.raises(defilens.HistoryError, match=r"notes\.csv"):
-        defilens.convert(root)
-    assert not (root / "snapshot" / "_delta_log").exists()
-
-
-def test_cli_convert_collect_compact(tmp_path: Path) -> None:
-    root = tmp_path / "old"
-    _old_history(root, 2)
-    run = subprocess.run(
-        CLI + ["collect", "bitcoin", "--sandbox", "--every", "1s", "--count", "1", "--out", str(root)],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 1 and run.stderr.startswith("defilens: error:") and "convert" in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1
-    run = subprocess.run(CLI + ["convert", str(root)], capture_output=True, text=True)
-    assert run.returncode == 0 and "converted" in run.stdout, run.stderr
-    run = subprocess.run(
-        CLI + ["collect", "bitcoin", "--sandbox", "--every", "0.1s", "--count", "2", "--raw", "--out", str(root)],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    run = subprocess.run(CLI + ["compact", str(root), "--retention", "2h"], capture_output=True, text=True)
-    assert run.returncode == 0 and "compacted" in run.stdout, run.stderr
-    assert_whole_rounds(root)
 
 
 # -- bad input ------------------------------------------------------------------------------------

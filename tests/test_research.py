@@ -25,7 +25,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three hourly rounds, a pause of five hours (a hole), two more, and one candle seen twice."""
     root = tmp_path_factory.mktemp("research") / "h"
     with Sandbox(now="2026-01-05T10:02:00Z", seed=4) as sandbox:
-        client = defilens.Client(base_url=sandbox.url)
+        client = defilens.Client(base_url=sandbox)  # on the Sandbox's clock
         client.collect(TOKENS, "0.01s", count=3, out=root, on_round=lambda n, f: sandbox.advance("1h"))
         sandbox.advance("5h")
         client.collect(
@@ -41,7 +41,8 @@ def test_panel_is_one_row_per_candle_with_when_it_was_first_seen(history: Path) 
         "token",
         "interval",
         "indicator",
-        "updated_at",
+        "candle_close",
+        "candle_open",
         "first_seen_at",
         "value",
         "last_value",
@@ -50,7 +51,10 @@ def test_panel_is_one_row_per_candle_with_when_it_was_first_seen(history: Path) 
     ]
     assert sorted(panel["token"].unique()) == ["bitcoin", "ethereum"]
     assert panel.group_by("token").len()["len"].to_list() == [5, 5]  # 5 distinct 1h candles seen, one twice
-    assert (panel["lag"] == panel["first_seen_at"] - panel["updated_at"]).all()
+    assert (panel["lag"] == panel["first_seen_at"] - panel["candle_close"]).all()
+    assert (panel["candle_close"] - panel["candle_open"] == dt.timedelta(hours=1)).all()
+    # On the Sandbox's clock: rounds at 10:02, 11:02, ... see the hourly candle two minutes after its close.
+    assert set(panel["lag"].to_list()) == {dt.timedelta(minutes=2)}
     assert (panel["revisions"] == 1).all() and (panel["value"] == panel["last_value"]).all()
     raw = (
         defilens.scan(history, "indicators")
@@ -76,16 +80,27 @@ def test_asof_never_gives_a_value_before_it_was_seen(history: Path) -> None:
     panel = defilens.panel(history).collect()
     first = panel["first_seen_at"].min()
     last = panel["first_seen_at"].max()
-    assert defilens.asof(history, first - dt.timedelta(seconds=1)).height == 0
-    moments = [first, first + (last - first) / 2, last + dt.timedelta(days=1)]
+    with pytest.raises(ValueError, match="before the history's first fetch"):
+        defilens.asof(history, first - dt.timedelta(seconds=1))
+    moments = [first - dt.timedelta(seconds=1), first, first + (last - first) / 2, last + dt.timedelta(hours=12)]
     rows = defilens.asof(history, moments)
-    assert rows.columns == ["at", "token", "interval", "indicator", "updated_at", "first_seen_at", "value"]
+    assert rows.filter(pl.col("at") < first).height == 0  # nothing was knowable yet
+    assert rows.columns == [
+        "at",
+        "token",
+        "interval",
+        "indicator",
+        "candle_close",
+        "candle_open",
+        "first_seen_at",
+        "value",
+    ]
     assert (rows["first_seen_at"] <= rows["at"]).all()
-    latest = panel.sort("updated_at").group_by("token", "interval", "indicator").last()
+    latest = panel.sort("candle_close").group_by("token", "interval", "indicator").last()
     final = rows.filter(pl.col("at") == rows["at"].max()).join(
         latest, on=["token", "interval", "indicator"], suffix="_p"
     )
-    assert (final["updated_at"] == final["updated_at_p"]).all() and (final["value"] == final["value_p"]).all()
+    assert (final["candle_close"] == final["candle_close_p"]).all() and (final["value"] == final["value_p"]).all()
     naive = defilens.asof(history, last.replace(tzinfo=None))
     assert naive.height == 90 and naive.equals(defilens.asof(history, last))
     with pytest.raises(TypeError):
@@ -131,7 +146,7 @@ def test_repaints_made_by_the_sandbox_are_found_by_panel_and_audit(tmp_path: Pat
     assert 3 <= len(moved) <= 17, moved  # about half of the tokens drew a repaint of this close
     # The candles that had just closed at 10:00 repaint (5m, 15m, 1h); the 4h, 24h and 1w did not close.
     assert sorted(repainted["interval"].cast(pl.String).unique()) == ["15m", "1h", "5m"]
-    assert (repainted["updated_at"] == dt.datetime(2026, 1, 5, 10, tzinfo=UTC)).all()
+    assert (repainted["candle_close"] == dt.datetime(2026, 1, 5, 10, tzinfo=UTC)).all()
     assert (repainted["value"] != repainted["last_value"]).all()
     steady = panel.filter(~pl.col("token").is_in(moved))
     assert steady.height and (steady["revisions"] == 1).all()
@@ -236,4 +251,5 @@ def test_an_empty_history_and_one_without_ta_updated(tmp_path: Path) -> None:
     assert report.coverage.height == 0 and report.failures.height == 2
     assert "0 of 0 candle closes" in str(report)
     assert defilens.panel(root).collect().height == 0
-    assert defilens.asof(root, dt.datetime.now(UTC)).height == 0
+    with pytest.raises(defilens.HistoryError, match="has no indicators or ta_updated table"):
+        defilens.asof(root, dt.datetime.now(UTC))

@@ -67,9 +67,18 @@ class _BaseClient:
         proxy: Optional[str] = None,
         max_response_bytes: int = DEFAULTS["max_response_bytes"],
         backoff: Tuple[float, float] = DEFAULTS["backoff"],
+        clock: "Optional[_core.Sandbox]" = None,
     ) -> None:
+        if clock is None and isinstance(base_url, _core.Sandbox) and base_url.speed is not None:
+            clock = base_url  # the Sandbox itself was given: its simulated time is the one time
         if isinstance(base_url, _core.Sandbox):
             base_url = base_url.url
+        if clock is not None and not isinstance(clock, _core.Sandbox):
+            raise TypeError(
+                f"clock must be a defilens.testing.Sandbox (whose clock the client then stamps fetched_at with) or "
+                f"None for the wall clock, got {type(clock).__name__}"
+            )
+        self._clock_source = clock
         base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         if not api_key and not _is_loopback(base_url):
@@ -97,6 +106,7 @@ class _BaseClient:
             max_response_bytes=max_response_bytes,
             backoff=backoff,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            clock=None if clock is None else clock._clock(),
         )
         self._settings = {
             "base_url": base_url,
@@ -107,8 +117,17 @@ class _BaseClient:
             "cache_ttl": cache_ttl,
             "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
         }
+        if clock is not None:
+            self._settings["clock"] = "sandbox"
+
         self._has_key = bool(api_key)
         self._closed = False
+
+    def now(self) -> datetime.datetime:
+        """The time on the client's clock (UTC): the wall clock, or the clock of the Sandbox the
+        client was bound to (``clock=``), which is the time ``fetched_at`` is stamped with."""
+        ms = self._engine.now_ms()
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
     @property
     def rate_limit_learned(self) -> Optional[float]:
@@ -198,6 +217,11 @@ class Client(_BaseClient):
         proxy: proxy URL; default the standard ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY``.
         max_response_bytes: a larger response body is refused while it is read.
         backoff: (first, maximum) retry delay in seconds.
+        clock: a `testing.Sandbox` whose clock stamps ``fetched_at`` (and a `collect`'s rounds
+            and ``date`` partitions), so a history of a Sandbox on a simulated clock is on one
+            clock. Given ``base_url=sandbox`` (the Sandbox itself, not its URL), a client takes its
+            clock unless told otherwise. Default: the wall clock; a client never takes its time
+            from a server's ``Date`` header.
 
     Examples:
         >>> with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:

@@ -70,6 +70,12 @@ def check_base_url(base_url: str) -> str:
 _Body = Union[bytes, bytearray, str]
 
 @final
+class BoundClock:
+    """A clock other than the wall clock that a client stamps ``fetched_at`` with
+    (`Sandbox._clock()`)."""
+
+    def now_ms(self) -> int: ...
+
 class Engine:
     """The Rust side of `Client` / `AsyncClient`; settings arrive resolved."""
 
@@ -88,8 +94,11 @@ class Engine:
         max_response_bytes: int,
         backoff: Tuple[float, float],
         cache_dir: Optional[str] = None,
+        clock: Optional[BoundClock] = None,
     ) -> Engine:
         """Checks every setting (TypeError / ValueError naming it) and makes the client."""
+    def now_ms(self) -> int:
+        """The time on the client's clock (the wall clock unless bound), in ms since the epoch."""
     def start(self, token_ids: Sequence[str], *, listing: bool, markets: bool) -> FetchJob:
         """Starts fetching ``token_ids`` (validated, duplicates dropped); returns the job."""
     def url_for(self, token_id: str, endpoint: str) -> str:
@@ -186,6 +195,12 @@ class Sandbox:
     @property
     def now(self) -> dt.datetime:
         """The Sandbox's current time (UTC)."""
+    @property
+    def speed(self) -> Optional[float]:
+        """Simulated seconds per real second: 0 for a simulated clock that stands still until
+        ``advance``, None for the wall clock."""
+    def _clock(self) -> BoundClock:
+        """The Sandbox's clock, for ``Client(clock=sandbox)``."""
     def advance(self, step: Union[str, float, dt.timedelta]) -> dt.datetime:
         """Moves a simulated clock forward by ``step`` (``"5m"``, ``"1h"``, ``"2d"``, seconds or a
         timedelta) and returns the new time. ValueError for the wall clock."""

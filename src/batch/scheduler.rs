@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::assembler::Assembler;
 use super::{FetchOutcome, Progress};
-use crate::client::{now_ms, BackoffGauge, Exchange, HttpClient};
+use crate::client::{BackoffGauge, Exchange, HttpClient};
 use crate::error::Error;
 use crate::model::Endpoint;
 
@@ -92,7 +92,7 @@ pub(super) async fn run(
                     Err(failure) => {
                         let slot = slot_of_task[&failure.id()];
                         let (token, endpoint) = (ids[slot / per_id].clone(), endpoints[slot % per_id]);
-                        (failure.id(), panicked_exchange(token, endpoint))
+                        (failure.id(), panicked_exchange(token, endpoint, client.now_ms()))
                     }
                 };
                 let slot = slot_of_task.remove(&task).expect("every task has a slot");
@@ -178,7 +178,7 @@ impl ParserQueue {
     }
 }
 
-fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {
+fn panicked_exchange(token: String, endpoint: Endpoint, now_ms: i64) -> Exchange {
     Exchange {
         result: Err(Error::Internal(format!("the request for {token:?} ({}) panicked", endpoint.as_str()))),
         token,
@@ -186,7 +186,7 @@ fn panicked_exchange(token: String, endpoint: Endpoint) -> Exchange {
         status: None,
         attempts: 0,
         elapsed_ms: 0.0,
-        fetched_at: now_ms(),
+        fetched_at: now_ms,
         cached: false,
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
+use super::clock::SharedClock;
 use super::limiter::RateLimit;
 use super::retry::RetryPolicy;
 pub use super::retry::{DEFAULT_BACKOFF_SECS, DEFAULT_MAX_RETRIES};
@@ -49,6 +50,8 @@ pub struct Settings {
     pub proxy: Option<String>,
     pub max_response_bytes: Option<i64>,
     pub backoff: Option<(f64, f64)>,
+    /// The clock responses are stamped with; the wall clock by default.
+    pub clock: SharedClock,
 }
 
 /// Checked settings of one client.
@@ -68,6 +71,8 @@ pub struct ClientConfig {
     pub cache_dir: Option<std::path::PathBuf>,
     pub proxy: Option<String>,
     pub max_response_bytes: usize,
+    /// Whose time `fetched_at` is: the wall clock, or a clock the client was bound to.
+    pub clock: SharedClock,
 }
 
 impl Default for ClientConfig {
@@ -192,6 +197,7 @@ impl ClientConfig {
             cache_dir,
             proxy,
             max_response_bytes: max_response_bytes as usize,
+            clock: settings.clock,
         })
     }
 }
@@ -210,6 +216,7 @@ impl fmt::Debug for ClientConfig {
             .field("cache_dir", &self.cache_dir)
             .field("proxy", &self.proxy.as_ref().map(|p| redact_url_credentials(p)))
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("clock", &self.clock)
             .finish()
     }
 }

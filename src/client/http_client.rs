@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, RETRY_AFTER, USER_AGENT};
@@ -58,13 +58,9 @@ pub struct Exchange {
     pub status: Option<u16>,
     pub attempts: u32,
     pub elapsed_ms: f64,
-    /// When the final answer arrived, in ms since the epoch.
+    /// When the final answer arrived, in ms since the epoch, on the client's clock.
     pub fetched_at: i64,
     pub cached: bool,
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 pub struct HttpClient {
@@ -119,6 +115,11 @@ impl HttpClient {
         })
     }
 
+    /// The time on the client's clock (the wall clock unless it was bound to another), in ms.
+    pub fn now_ms(&self) -> i64 {
+        self.config.clock.now_ms()
+    }
+
     pub fn config(&self) -> &ClientConfig {
         &self.config
     }
@@ -164,7 +165,7 @@ impl HttpClient {
             cached,
         };
         let hit = match &self.disk {
-            Some(disk) => disk.get(endpoint, token, now_ms()),
+            Some(disk) => disk.get(endpoint, token, self.now_ms()),
             None => self.cache.get(&url),
         };
         if let Some(hit) = hit {
@@ -183,7 +184,7 @@ impl HttpClient {
             };
             match outcome {
                 Ok((status, body)) => {
-                    let fetched_at = now_ms();
+                    let fetched_at = self.now_ms();
                     match &self.disk {
                         Some(disk) => disk.put(endpoint, token, &body, fetched_at),
                         None => self.cache.put(&url, &body, fetched_at),
@@ -197,7 +198,7 @@ impl HttpClient {
                         continue;
                     }
                     let status = error.status();
-                    return finish(Err(error), status, attempt, now_ms(), false);
+                    return finish(Err(error), status, attempt, self.now_ms(), false);
                 }
             }
         }
@@ -240,7 +241,7 @@ impl HttpClient {
                     .headers()
                     .get(RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| parse_retry_after(v, SystemTime::now()))
+                    .and_then(|v| parse_retry_after(v, self.config.clock.now_system_time()))
             });
         let too_large = |size: u64| Error::Decode {
             token: Some(token.to_string()),

@@ -3,6 +3,7 @@
 
 mod backoff_gauge;
 mod cache;
+pub mod clock;
 pub mod config;
 pub mod disk_cache;
 mod http_client;
@@ -11,6 +12,7 @@ pub mod retry;
 pub mod url;
 
 pub use backoff_gauge::BackoffGauge;
+pub use clock::{Clock, SharedClock};
 pub use config::{ClientConfig, Settings};
-pub use http_client::{now_ms, Exchange, HttpClient};
+pub use http_client::{Exchange, HttpClient};
 pub use url::validate_token_id;

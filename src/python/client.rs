@@ -12,7 +12,7 @@ use pyo3_polars::PyDataFrame;
 use super::arguments::{integer, number, optional, type_name};
 use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
-use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
+use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings, SharedClock};
 use crate::frames::ListingFrames;
 use crate::model::Endpoint;
 
@@ -66,6 +66,21 @@ fn outcome_to_py<'py>(py: Python<'py>, outcome: FetchOutcome) -> PyResult<Bound<
     Ok(result)
 }
 
+/// A clock other than the wall clock that a client can be bound to (a Sandbox hands out its own
+/// with `_clock()`): the client then stamps `fetched_at` with that clock's time.
+#[pyclass(frozen, module = "defilens._core")]
+pub struct BoundClock {
+    pub(super) clock: SharedClock,
+}
+
+#[pymethods]
+impl BoundClock {
+    /// The clock's time, in milliseconds since the epoch.
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
 /// The Rust side of `defilens.Client` and `defilens.AsyncClient`: settings are resolved by
 /// the Python layer (environment variables, defaults) and passed in explicitly.
 #[pyclass(frozen, module = "defilens._core")]
@@ -78,7 +93,7 @@ impl Engine {
     /// Settings arrive as the user gave them (environment variables already resolved); their
     /// types are checked here and their values by `ClientConfig::new`.
     #[new]
-    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff, cache_dir=None))]
+    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff, cache_dir=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         base_url: String,
@@ -93,6 +108,7 @@ impl Engine {
         max_response_bytes: &Bound<'_, PyAny>,
         backoff: &Bound<'_, PyAny>,
         cache_dir: Option<std::path::PathBuf>,
+        clock: Option<PyRef<'_, BoundClock>>,
     ) -> PyResult<Self> {
         let backoff: (Bound<'_, PyAny>, Bound<'_, PyAny>) = backoff.extract().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -124,9 +140,15 @@ impl Engine {
             proxy,
             max_response_bytes: Some(integer("max_response_bytes", max_response_bytes)?),
             backoff: Some((number("backoff", &backoff.0)?, number("backoff", &backoff.1)?)),
+            clock: clock.map_or_else(SharedClock::wall, |bound| bound.clock.clone()),
         };
         let client = HttpClient::new(ClientConfig::new(settings)?)?;
         Ok(Engine { client: Arc::new(client) })
+    }
+
+    /// The time on the client's clock (the wall clock unless it was bound), in ms since the epoch.
+    fn now_ms(&self) -> i64 {
+        self.client.now_ms()
     }
 
     /// Starts fetching `token_ids` (validated, duplicates dropped) and returns the running job.

@@ -52,6 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .collect();
     m.add("FAMILY_INTERVALS", families)?;
     m.add_class::<client::Engine>()?;
+    m.add_class::<client::BoundClock>()?;
     m.add_class::<client::FetchJob>()?;
     m.add_class::<client::RawBodies>()?;
     m.add_function(wrap_pyfunction!(parsing::parse_token, m)?)?;

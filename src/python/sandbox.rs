@@ -10,6 +10,7 @@ use pyo3_polars::PyDataFrame;
 
 use super::arguments::{duration_seconds, integer, number};
 use crate::client::config::int_in;
+use crate::client::SharedClock;
 use crate::model::timestamp::parse_timestamp_ms;
 use crate::model::{Endpoint, INTERVALS};
 use crate::sandbox::candles_frame::candles_frame;
@@ -206,6 +207,19 @@ impl PySandbox {
     fn now(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let ms = self.with_server(|server| server.now_ms())?;
         datetime_of(py, ms)
+    }
+
+    /// The Sandbox's clock for a client to stamp its responses with (`Client(clock=sandbox)`).
+    fn _clock(&self) -> PyResult<super::client::BoundClock> {
+        let clock = self.with_server(|server| server.clock())?;
+        Ok(super::client::BoundClock { clock: SharedClock::bound(clock) })
+    }
+
+    /// Simulated seconds per real second: 0 for a simulated clock that stands still until
+    /// `advance`, None for the wall clock.
+    #[getter]
+    fn speed(&self) -> PyResult<Option<f64>> {
+        self.with_server(|server| server.clock_speed())
     }
 
     /// Moves a simulated clock forward by `step` ("5m", "1h", "2d", seconds or a timedelta)

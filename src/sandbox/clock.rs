@@ -2,7 +2,7 @@
 //! time and runs at a given speed (0 = stands still), moved forward by `advance`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use super::market::{EARLIEST_NOW_MS, LATEST_NOW_MS};
 
@@ -51,9 +51,7 @@ pub struct Clock {
     advanced_ms: AtomicI64,
 }
 
-pub fn wall_clock_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
+pub use crate::client::clock::wall_clock_ms;
 
 impl Clock {
     pub fn new(config: ClockConfig) -> Clock {
@@ -94,6 +92,18 @@ impl Clock {
         }
         self.advanced_ms.fetch_add(ms, Ordering::Relaxed);
         Ok(self.now_ms())
+    }
+
+    /// Simulated milliseconds per real millisecond (0: it stands still until `advance`).
+    pub fn speed(&self) -> f64 {
+        self.speed
+    }
+}
+
+/// A client bound to a Sandbox reads the Sandbox's time.
+impl crate::client::Clock for Clock {
+    fn now_ms(&self) -> i64 {
+        Clock::now_ms(self)
     }
 }
 

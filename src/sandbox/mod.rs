@@ -215,6 +215,16 @@ impl Sandbox {
         self.shared.clock.now_ms()
     }
 
+    /// The Sandbox's clock, for a client that stamps its responses on the Sandbox's time.
+    pub fn clock(&self) -> std::sync::Arc<dyn crate::client::Clock> {
+        self.shared.clock.clone()
+    }
+
+    /// Whether the clock is simulated, and its speed (0: it stands still until `advance`).
+    pub fn clock_speed(&self) -> Option<f64> {
+        self.shared.clock.is_simulated().then(|| self.shared.clock.speed())
+    }
+
     /// Moves a simulated clock forward by `ms`; returns the new time.
     pub fn advance(&self, ms: i64) -> Result<i64, String> {
         self.shared.clock.advance(ms)

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -109,7 +109,7 @@ impl BodyCache {
 pub(super) struct Shared {
     pub(super) config: SandboxConfig,
     pub(super) requests: AtomicU64,
-    pub(super) clock: Clock,
+    pub(super) clock: Arc<Clock>,
     attempts: AttemptCounters,
     bodies: BodyCache,
     bucket: Option<TokenBucket>,
@@ -117,7 +117,7 @@ pub(super) struct Shared {
 
 impl Shared {
     pub(super) fn new(config: SandboxConfig) -> Self {
-        let clock = Clock::new(config.clock);
+        let clock = Arc::new(Clock::new(config.clock));
         let bucket = config.max_rps.map(TokenBucket::new);
         Shared {
             config,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, DATE, RETRY_AFTER};
 use hyper::{Method, Request, Response, Version};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
@@ -102,7 +102,18 @@ async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     // Read any request body to its end, so the next request on the connection starts cleanly.
     discard(request.into_body()).await;
     precise_timer::sleep_until(arrived + shared.config.latency).await;
-    response(reply, keep_alive)
+    let mut answer = response(reply, keep_alive)?;
+    if shared.clock.is_simulated() {
+        // The `Date` a server sends is its own clock's: a simulated one's here (hyper would send
+        // the wall clock's).
+        answer.headers_mut().insert(DATE, http_date(shared.clock.now_ms()));
+    }
+    Ok(answer)
+}
+
+fn http_date(ms: i64) -> HeaderValue {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    HeaderValue::from_str(&httpdate::fmt_http_date(at)).expect("an HTTP date is a valid header value")
 }
 
 /// HTTP/1.1 keeps the connection unless asked to close; HTTP/1.0 closes unless asked to keep.

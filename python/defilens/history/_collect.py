@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
-from ._layout import check_writable_layout
+from ._layout import check_writable_layout, ready
 from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._spool import Spool
@@ -41,7 +41,7 @@ def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
     then takes it out of the spool."""
     tables, _ = tables_of(round_)
-    commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+    commit_round(root, tables, round_.app_id, round_.number, round_.metadata, ready=ready)
     spool.drop(path)
 
 
@@ -54,6 +54,65 @@ def recover(root: Root, spool: Optional[Spool] = None) -> int:
         commit(root, spool, round_, path)
         finished += 1
     return finished
+
+
+class _Schedule:
+    """When rounds start: on a fixed grid (start + k * every) of the client's clock, so slow rounds
+    do not make the schedule drift and a round that overruns skips the ticks it missed.
+
+    On the wall clock it sleeps. On a Sandbox's simulated clock (``Client(clock=sandbox)``) it
+    waits for that clock: a clock that runs is waited for in real time divided by its speed; a
+    clock that stands still is moved forward to the next tick by the collector itself (so ten
+    simulated days of 15-minute rounds take as long as their requests), unless something else
+    moved it since the last round (``on_round=lambda n, f: sandbox.advance("1h")``): then the
+    round starts at once, at the time it was moved to."""
+
+    def __init__(self, client: "Client", every: float) -> None:
+        self.every = every
+        self.sandbox = getattr(client, "_clock_source", None)
+        self.client = client
+        self.origin = time.monotonic() if self.sandbox is None else client.now()
+        self.tick = 0
+        self.last_start: Optional[dt.datetime] = None
+
+    def wait_for_next_round(self) -> dt.datetime:
+        """Waits until the next round is due and returns its start on the client's clock."""
+        if self.sandbox is None:
+            return self._wall()
+        return self._simulated()
+
+    def _wall(self) -> dt.datetime:
+        assert isinstance(self.origin, float)
+        if self.tick:
+            elapsed_ticks = (time.monotonic() - self.origin) / self.every
+            self.tick = max(self.tick, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
+        delay = self.origin + self.tick * self.every - time.monotonic()
+        if delay > 0:
+            _waiting.sleep(delay)
+        self.tick += 1
+        return dt.datetime.now(dt.timezone.utc)
+
+    def _simulated(self) -> dt.datetime:
+        assert isinstance(self.origin, dt.datetime) and self.sandbox is not None
+        now = self.client.now()
+        if self.last_start is not None and now != self.last_start and self.sandbox.speed == 0:
+            # Moved by somebody else since the last round: that move is the schedule.
+            self.origin, self.tick = now, 0
+        step = dt.timedelta(seconds=self.every)
+        if self.tick:
+            elapsed_ticks = (now - self.origin) / step
+            self.tick = max(self.tick, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
+        due = self.origin + self.tick * step
+        while now < due:
+            speed = self.sandbox.speed
+            if not speed:
+                self.sandbox.advance(due - now)
+            else:
+                _waiting.sleep(max((due - now).total_seconds() / speed, 0.001))
+            now = self.client.now()
+        self.tick += 1
+        self.last_start = now
+        return now
 
 
 def _check_positive_int(name: str, value: object, *, none_ok: bool = False) -> None:
@@ -128,17 +187,12 @@ def collect(
             stacklevel=2,
         )
     app_id = new_collector_id()
-    origin = time.monotonic()
+    schedule = _Schedule(client, interval)
     rounds = 0
     failed_in_a_row = 0
     last_compacted: Optional[float] = None
-    tick = 0
     while count is None or rounds < count:
-        due = origin + tick * interval
-        delay = due - time.monotonic()
-        if delay > 0:
-            _waiting.sleep(delay)
-        started = dt.datetime.now(dt.timezone.utc)
+        started = schedule.wait_for_next_round()
         with warnings.catch_warnings():
             # A round in which everything failed is handled below, not warned about each time.
             warnings.simplefilter("ignore", DefiLensWarning)
@@ -152,7 +206,7 @@ def collect(
             from ._lock import Busy
 
             try:
-                compact_history(root.url, storage_options=storage_options)
+                compact_history(root.url, storage_options=storage_options, now=client.now())
             except Busy:
                 pass  # another process is compacting this history: it does the work
             last_compacted = time.monotonic()
@@ -166,7 +220,4 @@ def collect(
                 raise last_error
         else:
             failed_in_a_row = 0
-        # The next tick on the grid that is still in the future.
-        elapsed_ticks = (time.monotonic() - origin) / interval
-        tick = max(tick + 1, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
     return rounds

@@ -4,11 +4,18 @@ layout of earlier versions, or files of somebody else's."""
 from __future__ import annotations
 
 import enum
-from typing import Dict, List
+import os
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .._exceptions import HistoryError
 from ._root import Root, require
-from ._tables import TABLES, one_line
+from ._tables import TABLES, check_ours, load, one_line
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 DELTA_LOG = "_delta_log"
 #: Present while `convert` is turning an old layout into tables (and after it was interrupted).
@@ -38,8 +45,6 @@ def _children(root: Root, prefix: str) -> "tuple[List[str], List[str]]":
 
 def state(root: Root, name: str) -> State:
     if root.is_local:
-        import os
-
         folder = os.path.join(root.url, name)
         if not os.path.isdir(folder):
             return State.MISSING
@@ -65,8 +70,6 @@ def states(root: Root) -> Dict[str, State]:
 
 def converting(root: Root) -> bool:
     if root.is_local:
-        import os
-
         return os.path.exists(os.path.join(root.url, CONVERTING))
     obstore = require("obstore")
     try:
@@ -91,17 +94,80 @@ def convert_hint(root: Root) -> str:
     )
 
 
+def foreign_files(root: Root, names: List[str]) -> HistoryError:
+    return HistoryError(
+        f"{root.url!r} has files that are not a defilens history at {', '.join(names)}/: give collect an empty "
+        "folder or an existing history, or move those files away (nothing was written)"
+    )
+
+
 def check_writable_layout(root: Root) -> Dict[str, State]:
-    """Refuses a root that collect must not write into: an old layout, or foreign files at a
-    table's path (writing a table there would hide them, and vacuum would delete them)."""
+    """Refuses a root that collect must not write into, before anything is sent or written: an
+    old layout, foreign files at a table's path (writing a table there would hide them, and vacuum
+    would delete them), and every Delta table that is not ours or cannot be written (`check_tables`)."""
     found = states(root)
     if any(value is State.OLD_LAYOUT for value in found.values()):
         raise HistoryError(convert_hint(root))
     check_not_converting(root)
     foreign = [name for name, value in found.items() if value is State.FOREIGN]
     if foreign:
-        raise HistoryError(
-            f"{root.url!r} has files that are not a defilens history at {', '.join(foreign)}/: give collect an empty "
-            "folder or an existing history, or move those files away"
-        )
+        raise foreign_files(root, foreign)
+    check_tables(root, found)
     return found
+
+
+def check_tables(root: Root, found: Dict[str, State]) -> None:
+    """Loads every Delta table of ``found`` (side by side) and refuses the first that is not ours
+    (`_tables.check_ours`) or, locally, cannot be written."""
+    tables = [name for name, value in found.items() if value is State.DELTA]
+    if not tables:
+        return
+    with ThreadPoolExecutor(max_workers=min(4, len(tables))) as pool:
+        for _ in pool.map(lambda name: ready(root, name), tables):
+            pass
+
+
+def ready(root: Root, name: str) -> "Optional[DeltaTable]":
+    """The table ``name`` loaded and checked for a commit (ours, writable), or None when nothing
+    is at its path yet (the commit creates it). Refuses foreign files or an old layout that
+    appeared there. Writes nothing."""
+    table = load(root, name)
+    if table is None:
+        found = state(root, name)
+        if found is State.OLD_LAYOUT:
+            raise HistoryError(convert_hint(root))
+        if found is State.FOREIGN:
+            raise foreign_files(root, [name])
+        # Nothing there, or a log without a first commit (a creation cut short): the commit creates it.
+        return None
+    try:
+        check_ours(table, name, root.table(name))
+    except HistoryError as error:
+        raise HistoryError(f"{error} (nothing was written)") from None
+    if root.is_local:
+        check_writable_table(root.table(name), str(table.metadata().id))
+    return table
+
+
+#: Local tables found writable in this process: (path, table id).
+_WRITABLE: "set[tuple[str, str]]" = set()
+_WRITABLE_LOCK = threading.Lock()
+
+
+def check_writable_table(folder: str, table_id: str) -> None:
+    """Refuses a local table whose folder or log cannot be written (a file made and removed in
+    each: permissions, a read-only or immutable folder, a full disk), once a table a process."""
+    if (folder, table_id) in _WRITABLE:
+        return
+    for where in (folder, os.path.join(folder, DELTA_LOG)):
+        try:
+            handle, probe = tempfile.mkstemp(prefix=".defilens-probe-", dir=where)
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as error:
+            raise HistoryError(
+                f"the table {folder!r} cannot be written ({error.strerror or error} in {where}): make it writable "
+                "and run collect again (nothing was written)"
+            ) from None
+    with _WRITABLE_LOCK:
+        _WRITABLE.add((folder, table_id))

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import polars as pl
 
@@ -56,12 +56,15 @@ def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]
     return root
 
 
-def scan_table(root: Root, name: str, as_of: AsOf = None) -> pl.LazyFrame:
+def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Expr]" = ()) -> pl.LazyFrame:
+    """One table as a LazyFrame; ``where`` filters the columns as they are on disk, below the
+    casts that give the frames' dtypes, so that they reach the Delta scan (files skipped by
+    their statistics, row groups by theirs)."""
     as_of = _as_of(as_of)
     found = state(root, name)
     if found is State.MISSING:
         # A table nothing was ever committed to (no drift yet, raw not kept): empty, typed.
-        return empty_table(name).lazy()
+        return empty_table(name).lazy().filter(*where) if where else empty_table(name).lazy()
     if found is State.OLD_LAYOUT:
         raise HistoryError(convert_hint(root))
     if found is State.FOREIGN:
@@ -72,7 +75,8 @@ def scan_table(root: Root, name: str, as_of: AsOf = None) -> pl.LazyFrame:
     if as_of is not None:
         table = travel(root, name, table, as_of)  # what the log does not reach fails here, saying how far it does
     try:
-        lazy = restore(pl.scan_delta(table))
+        scanned = pl.scan_delta(table)
+        lazy = restore(scanned.filter(*where) if where else scanned)
     except (OSError, ValueError, pl.exceptions.PolarsError) as error:
         raise HistoryError(f"cannot read {root.table(name)!r}{_when(as_of)}: {one_line(error)}") from None
     except Exception as error:  # deltalake's own errors

@@ -10,10 +10,13 @@ committing it, lands it once.
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from typing import TYPE_CHECKING, Iterator, List, Tuple
 
+from .._core import empty_frames
 from .._exceptions import DefiLensWarning, HistoryError
+from .._frames import BODIES_SCHEMA
 from ._root import Root, require
 from ._rounds import Round
 from ._tables import one_line
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 #: The spool's folder under the root (Delta and other engines skip folders starting with "_").
 SPOOL = "_spool"
 SUFFIX = ".round"
+#: Where spool entries that cannot be read as a round of this version are moved, their names kept.
+SET_ASIDE = f"{SPOOL}/set_aside"
 
 
 def key(app_id: str, number: int) -> str:
@@ -75,11 +80,12 @@ class Spool:
             return []
         except Exception as error:  # obstore's errors, OSError
             raise HistoryError(f"cannot list the spool at {self.root.url}/{SPOOL}: {one_line(error)}") from None
-        return sorted(path for path in listed if path.endswith(SUFFIX))
+        return sorted(path for path in listed if path.endswith(SUFFIX) and not path.startswith(f"{SET_ASIDE}/"))
 
     def pending(self) -> Iterator[Tuple[str, Round]]:
-        """Every spooled round, oldest first by collector and number. A file that is not a round
-        (foreign, or damaged by a crash of the machine) is skipped with a warning and left in place."""
+        """Every spooled round, oldest first by collector and number. An entry that is not a round
+        this version can commit (bad bytes, cut short by a crash of the machine, another version's
+        columns) is set aside under ``_spool/set_aside/`` with one warning, and skipped."""
         obstore = require("obstore")
         for path in self.paths():
             try:
@@ -89,11 +95,62 @@ class Spool:
             except Exception as error:  # obstore's errors, OSError
                 raise HistoryError(f"cannot read {path} from the spool: {one_line(error)}") from None
             try:
-                yield path, Round.from_bytes(data)
+                round_ = Round.from_bytes(data)
+                check_columns(round_)
             except ValueError as error:
-                warnings.warn(
-                    f"{self.root.url}/{path} is not a round defilens can read ({error}); it was left in place and "
-                    "skipped: delete it if nothing of yours wrote it",
-                    DefiLensWarning,
-                    stacklevel=2,
+                self.set_aside(path, str(error))
+                continue
+            yield path, round_
+
+    def set_aside(self, path: str, why: str) -> None:
+        """Moves an entry that cannot be committed out of the spool, its name kept, and says where."""
+        obstore = require("obstore")
+        target = f"{SET_ASIDE}/{path[len(SPOOL) + 1 :]}"
+        try:
+            try:
+                obstore.head(self.store, target)
+                # One of that name was set aside before (a spool copied from another root?): keep both.
+                target = f"{target[: -len(SUFFIX)]}.{uuid.uuid4().hex[:8]}{SUFFIX}"
+            except FileNotFoundError:
+                pass
+            # Not rename-if-absent: S3 has no copy-if-not-exists. Two processes setting the same
+            # entry aside write the same bytes under the same name.
+            obstore.rename(self.store, path, target)
+        except FileNotFoundError:
+            return  # another process set it aside (and said so) meanwhile
+        except Exception as error:  # obstore's errors, OSError
+            warnings.warn(
+                f"{self.root.url}/{path} is not a round this defilens can commit ({why}) and could not be set aside "
+                f"({one_line(error)}); skipped: move it out of {self.root.url}/{SPOOL}",
+                DefiLensWarning,
+                stacklevel=3,
+            )
+            return
+        warnings.warn(
+            f"{self.root.url}/{path} is not a round this defilens can commit ({why}): set aside as "
+            f"{self.root.url}/{target}",
+            DefiLensWarning,
+            stacklevel=3,
+        )
+
+
+def check_columns(round_: Round) -> None:
+    """A round's bodies and log must have the columns (and types) of this version's: a round
+    spooled by another version is refused here, before any table has it."""
+    expected = {"bodies": dict(BODIES_SCHEMA), "log": dict(empty_frames()["log"].schema)}
+    for part, frame in (("bodies", round_.bodies), ("log", round_.log)):
+        found = dict(frame.schema)
+        if found != expected[part]:
+            missing = [name for name in expected[part] if name not in found]
+            extra = [name for name in found if name not in expected[part]]
+            other = [name for name in found if name in expected[part] and found[name] != expected[part][name]]
+            details = "; ".join(
+                text
+                for text in (
+                    f"without {', '.join(missing[:5])}" if missing else "",
+                    f"with {', '.join(extra[:5])}" if extra else "",
+                    f"other types of {', '.join(other[:5])}" if other else "",
                 )
+                if text
+            )
+            raise ValueError(f"its {part} have other columns than this version's: {details}")

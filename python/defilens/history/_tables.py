@@ -9,9 +9,12 @@ table is read, so `scan` gives the frames' own dtypes back.
 
 from __future__ import annotations
 
+import functools
+import json
 import random
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -48,6 +51,24 @@ TABLE_PROPERTIES = {
     "delta.deletedFileRetentionDuration": "interval 7 days",
     "delta.checkpointInterval": "100",
 }
+
+#: What marks a table as one of a defilens history: its Delta name, ``defilens.<table>``, set
+#: when it is created (and kept by every later commit, compaction and checkpoint). Not a table
+#: property: delta-rs refuses, at creation, every property it does not know ("Error parsing
+#: property 'defilens.table'"). Tables created before the marker are known by their schema.
+MARKER = "defilens."
+DESCRIPTION = "a table of a defilens history: one frame of every round collected (docs/history.md)"
+
+#: Columns a table of ours may lack without a marker: the raw table converted by the version that
+#: introduced Delta tables from the old layout, which kept no ``error`` column (the first collect
+#: after the conversion adds it).
+ADDED_SINCE: Dict[str, Tuple[str, ...]] = {RAW: ("error",)}
+
+
+def marker(name: str) -> str:
+    """The Delta name of the table ``name`` of a history."""
+    return f"{MARKER}{name}"
+
 
 #: How often one table's commit of a round is tried when it keeps conflicting, and how long the
 #: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
@@ -110,20 +131,97 @@ def one_line(error: BaseException) -> str:
     return text[:400] if text else type(error).__name__
 
 
+def _types(schema: Any) -> Dict[str, Any]:
+    """A Delta schema's columns and their types, without nullability (which says nothing about
+    whose table it is, and which engines set differently)."""
+
+    def bare(kind: Any) -> Any:
+        if isinstance(kind, dict):
+            return {
+                key: bare(value)
+                for key, value in kind.items()
+                if key not in ("nullable", "containsNull", "valueContainsNull", "metadata")
+            }
+        if isinstance(kind, list):
+            return [bare(value) for value in kind]
+        return kind
+
+    return {field["name"]: bare(field["type"]) for field in json.loads(schema.to_json())["fields"]}
+
+
+@functools.lru_cache(maxsize=None)
+def disk_types(name: str) -> Dict[str, Any]:
+    """The Delta types of a table's columns as this version writes them (`to_disk` of the frame)."""
+    deltalake = require("deltalake")
+    arro3 = require("arro3.core")
+    frame = to_disk(pl.DataFrame(schema=frame_schema(name)))
+    return _types(deltalake.Schema.from_arrow(arro3.Table.from_arrow(frame).schema))
+
+
+#: Tables found to be ours in this process: (uri, table id, Delta name, schema). A commit checks
+#: a table again only when one of them changed (a table replaced, or its schema changed).
+_OURS: "set[Tuple[str, str, str, str]]" = set()
+_OURS_LOCK = threading.Lock()
+
+
 def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
-    """Refuses a Delta table at a frame's path that is not a defilens history table: writing
-    our rounds into it would mix two datasets."""
-    fields = {field.name for field in table.schema().fields}
-    partitions = list(table.metadata().partition_columns)
-    missing = [column for column in ("token", PARTITION) if column not in fields]
-    if missing or partitions != [PARTITION]:
+    """Refuses a Delta table at a frame's path that is not this history's table ``name``: writing
+    our rounds into it would mix two datasets (and widen its schema). Ours is a table whose Delta
+    name is the marker (`marker`) and whose columns of ours have the types this version writes;
+    or, created before the marker, a table with exactly the columns and types of the frame.
+    Cheap once a table was found ours: its id, name and schema are compared with what was checked."""
+    metadata = table.metadata()
+    schema = table.schema()
+    key = (uri, str(metadata.id), str(metadata.name or ""), schema.to_json())
+    if key in _OURS:
+        return
+    found = _types(schema)
+    expected = disk_types(name)
+    partitions = list(metadata.partition_columns)
+    label = str(metadata.name or "")
+    if label.startswith(MARKER) and label != marker(name):
         raise HistoryError(
-            f"{uri!r} is a Delta table of another dataset (columns {sorted(fields)[:6]}..., partitioned by "
-            f"{partitions}), not a defilens {name!r} table: give collect a root of its own"
+            f"{uri!r} is the defilens {label[len(MARKER) :]!r} table, not the {name!r} table: move it back to its own "
+            "folder"
         )
+    other = sorted(column for column, kind in found.items() if column in expected and kind != expected[column])
+    if label == marker(name) and partitions == [PARTITION]:
+        if other:
+            raise HistoryError(
+                f"the defilens table {uri!r} has columns of other types than this version writes ({', '.join(other[:5])}):"
+                " collect into a new root"
+            )
+    else:
+        missing = sorted(set(expected) - set(found) - set(ADDED_SINCE.get(name, ())))
+        extra = sorted(set(found) - set(expected))
+        if partitions != [PARTITION] or missing or extra or other:
+            why = "; ".join(
+                part
+                for part in (
+                    f"partitioned by {partitions}" if partitions != [PARTITION] else "",
+                    f"columns of its own: {', '.join(extra[:5])}" if extra else "",
+                    f"other types: {', '.join(other[:5])}" if other else "",
+                    f"without {', '.join(missing[:5])}" if missing else "",
+                )
+                if part
+            )
+            raise HistoryError(
+                f"{uri!r} is a Delta table of another dataset ({why}), not a defilens {name!r} table: give collect a "
+                "root of its own, or move that table away"
+            )
+    with _OURS_LOCK:
+        _OURS.add(key)
 
 
-def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int, metadata: Mapping[str, str]) -> bool:
+def commit(
+    root: Root,
+    name: str,
+    frame: pl.DataFrame,
+    app_id: str,
+    version: int,
+    metadata: Mapping[str, str],
+    table: "Optional[DeltaTable]" = None,
+) -> bool:
     """Appends ``frame`` to the table ``name`` as round ``version`` of the collector ``app_id``,
     unless that round is already there. Returns whether it was appended now.
 
@@ -131,6 +229,7 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
     version the table already records is skipped, and two processes committing the same round
     at once conflict in delta-rs, so exactly one of them lands. Appends of other collectors
     never conflict with it. A commit that keeps conflicting is tried again after a growing wait.
+    ``table`` is the table as `commit_round` loaded and checked it, for the first try.
     """
     deltalake = require("deltalake")
     data = to_disk(frame)
@@ -138,7 +237,8 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
     delay = COMMIT_BACKOFF[0]
     last_error: Optional[BaseException] = None
     for _ in range(COMMIT_ATTEMPTS):
-        table = load(root, name) or create(root, name, data)
+        if table is None:
+            table = load(root, name) or create(root, name, data)
         check_ours(table, name, uri)
         done = table.transaction_version(app_id)
         if done is not None and done >= version:
@@ -162,6 +262,7 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
                 f"could not commit to {uri!r}: {one_line(error)} (the table stays at its last version; the round "
                 "waits in the spool and the next collect commits it)"
             ) from None
+        table = None
         _waiting.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, COMMIT_BACKOFF[1])
     raise HistoryError(
@@ -171,17 +272,20 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
 
 
 def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
-    """Creates the table empty, with the columns of ``like``. Rows are never written by the commit
-    that creates a table: two processes creating it at once would both succeed in delta-rs (the
-    second as a plain append), and an app transaction in either would then not guard its round."""
+    """Creates the table empty, with the columns of ``like`` and the defilens marker (`marker`),
+    or returns the table another process created meanwhile. Rows are never written by the commit
+    that creates a table (an app transaction in a creating commit would not guard its round), and
+    the creating commit is never an append to a table that is there already, ours or not."""
     deltalake = require("deltalake")
     uri = root.table(name)
     try:
         deltalake.write_deltalake(
             uri,
             like.head(0),
-            mode="append",
+            mode="error",
             partition_by=[PARTITION],
+            name=marker(name),
+            description=DESCRIPTION,
             configuration=TABLE_PROPERTIES,
             storage_options=root.options(),
         )
@@ -196,18 +300,36 @@ def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
     return table
 
 
+def loaded_and_ours(root: Root, name: str) -> "Optional[DeltaTable]":
+    """The table ``name`` loaded and found ours (`check_ours`), or None when there is none yet."""
+    table = load(root, name)
+    if table is not None:
+        check_ours(table, name, root.table(name))
+    return table
+
+
 def commit_round(
-    root: Root, tables: Mapping[str, pl.DataFrame], app_id: str, version: int, metadata: Mapping[str, str]
+    root: Root,
+    tables: Mapping[str, pl.DataFrame],
+    app_id: str,
+    version: int,
+    metadata: Mapping[str, str],
+    ready: "Callable[[Root, str], Optional[DeltaTable]]" = loaded_and_ours,
 ) -> Dict[str, bool]:
     """Commits one round to each of its tables at once (a commit waits mostly on storage), one
     commit a table. Empty frames are not committed: there is nothing of the round to lose.
-    Raises the first failure once every commit has finished."""
+    Every table is loaded and checked by ``ready`` (collect gives `_layout.ready`, which also
+    refuses foreign files and unwritable tables) before the first commit, so a table that is not
+    ours stops the round before any table has it. Raises the first failure once every commit has
+    finished."""
     work = {name: frame for name, frame in tables.items() if frame.height}
     if not work:
         return {}
     with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
+        loaded = dict(zip(work, pool.map(lambda name: ready(root, name), work), strict=True))
         futures = {
-            name: pool.submit(commit, root, name, frame, app_id, version, metadata) for name, frame in work.items()
+            name: pool.submit(commit, root, name, frame, app_id, version, metadata, loaded[name])
+            for name, frame in work.items()
         }
         results: Dict[str, bool] = {}
         first_error: Optional[BaseException] = None

@@ -11,7 +11,10 @@ import polars as pl
 from ..history._root import PathLike, Root
 from ..history._scan import open_for_reading, scan_table
 from ._day_summaries import day_summaries, gaps_of, step
-from ._panel import KEYS, per_candle
+from ._panel import VALUE_COLUMNS, per_candle
+from ._scope import candle_times
+
+KEYS = ["token", "interval", "indicator"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,9 @@ class Audit:
         failures: failed requests from ``log``: token, endpoint, kind, rounds (how many).
         stale: fetches whose ``fetched_at - updated_at`` exceeds the interval: token, interval,
             fetched_at, updated_at, behind.
-        revisions: repainted candles (more than one value for the same candle), from `panel`.
+        revisions: repainted candles (more than one value for the same candle), as `panel` gives
+            them: token, interval, indicator, candle_close, candle_open, first_seen_at, value,
+            last_value, revisions, lag.
     """
 
     coverage: pl.DataFrame
@@ -154,8 +159,9 @@ def audit(
             pl.col("values").explode().n_unique().cast(pl.Int64).alias("revisions"),
         )
         .filter(pl.col("revisions") > 1)
-        .with_columns((pl.col("first_seen_at") - pl.col("updated_at")).alias("lag"))
-        .select(*KEYS, "updated_at", "first_seen_at", "value", "last_value", "revisions", "lag")
+        .rename({"updated_at": "candle_close"})
+        .with_columns(*candle_times(), (pl.col("first_seen_at") - pl.col("candle_close")).alias("lag"))
+        .select(*KEYS, *VALUE_COLUMNS)
         .collect()
     )
     within = summaries["gaps"].drop("date").join(tangled, on=["token", "interval"], how="anti")
@@ -186,7 +192,7 @@ def audit(
         pl.concat(gap_parts).sort("token", "interval", "gap_start"),
         failures,
         stale,
-        pl.concat(revision_parts).sort(*KEYS, "updated_at"),
+        pl.concat(revision_parts).sort(*KEYS, "candle_close"),
     )
 
 
@@ -234,7 +240,9 @@ def _recomputed(root: Root, pairs: pl.DataFrame) -> Tuple[pl.DataFrame, pl.DataF
     rows = only(scan_table(root, "indicators")).select(*KEYS, "value", "fetched_at")
     revisions = per_candle(
         rows.join(
-            closes.select("token", "interval", "fetched_at", "updated_at"), on=["token", "interval", "fetched_at"]
-        )
+            closes.select("token", "interval", "fetched_at", pl.col("updated_at").alias("candle_close")),
+            on=["token", "interval", "fetched_at"],
+        ),
+        KEYS,
     ).filter(pl.col("revisions") > 1)
     return coverage, gaps, revisions.collect()

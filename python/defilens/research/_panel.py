@@ -1,108 +1,167 @@
-"""The point-in-time panel: polls turned into one row per candle, with the moment each value
-became knowable, and as-of reads of it that never look ahead."""
+"""The point-in-time panel: polls turned into one row per candle (indicators, signals, patterns)
+or per fetch (snapshot), each with the moment it became knowable.
+
+Two clocks meet here. The service's: a candle's ``candle_close`` (the ``ta_<interval>_updated_at``
+that the same fetch reported) and ``candle_open`` (the close less the interval's length). The
+collector's: ``first_seen_at``, the ``fetched_at`` of the first fetch that showed the candle,
+which is when the value became knowable. A study decides on ``first_seen_at``, never on a
+candle's time."""
 
 from __future__ import annotations
 
-import datetime as dt
-import warnings
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Sequence
 
 import polars as pl
 
-from ..history import scan
 from ..history._root import PathLike
+from ..history._scan import open_for_reading, scan_table
+from ._scope import Names, Scope, candle_times, scope_of
 
-KEYS = ["token", "interval", "indicator"]
-UTC_MS = pl.Datetime("ms", "UTC")
+#: The panel's columns for a frame whose rows carry a value (indicators, signals).
+VALUE_COLUMNS = [
+    "candle_close",
+    "candle_open",
+    "first_seen_at",
+    "value",
+    "last_value",
+    "revisions",
+    "lag",
+]
+#: The panel's columns for patterns (one row a pattern a candle showed).
+PATTERN_COLUMNS = [
+    "candle_open",
+    "candle_close",
+    "first_seen_at",
+    "last_seen_at",
+    "shown",
+    "fetches",
+    "withdrawn",
+    "lag",
+]
+#: What every fetch of a candle frame is joined with: its candle's close, from ta_updated.
+_CLOSE = "candle_close"
 
 
-def panel(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> pl.LazyFrame:
-    """One row per (``token``, ``interval``, ``indicator``, ``updated_at``) of a collected history:
-    ``updated_at`` is the candle close that ``ta_updated`` reported in the same fetch,
-    ``first_seen_at`` the earliest ``fetched_at`` that showed this candle, ``value`` the value first
-    seen, ``last_value`` the value last seen for the same candle, ``revisions`` how many distinct
-    values the service gave for it (more than 1: it repainted), ``lag`` ``first_seen_at -
-    updated_at``.
+def panel(
+    source: PathLike,
+    frame: str = "indicators",
+    *,
+    tokens: Names = None,
+    intervals: Names = None,
+    indicators: Names = None,
+    families: Names = None,
+    columns: Names = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> pl.LazyFrame:
+    """The point-in-time panel of one frame of a collected history, as a LazyFrame.
 
-    Lazy end to end: filters on ``token``, ``interval`` or ``indicator`` go down into the scans.
+    ``indicators`` and ``signals`` (MACD state): one row per (``token``, ``interval``,
+    ``indicator``, candle) with ``candle_close`` and ``candle_open`` (the service's candle: the
+    close is the ``ta_updated`` time the same fetch reported, the open that less the interval's
+    length), ``first_seen_at`` (the ``fetched_at`` of the first fetch that showed this candle:
+    when the value became knowable), ``value`` (as first seen), ``last_value`` (as last seen for
+    the same candle), ``revisions`` (distinct values the service gave for it: more than 1, it
+    repainted) and ``lag`` (``first_seen_at - candle_close``).
+
+    ``patterns``: one row per (``token``, ``interval``, ``family``, ``pattern``, candle) that any
+    fetch showed, with ``first_seen_at`` and ``last_seen_at``, ``shown`` (how many fetches of
+    the candle showed it), ``fetches`` (how many fetches saw the candle) and ``withdrawn`` (the
+    candle's last fetch no longer showed it: a repaint). 4h patterns have no candle time (the
+    service sends no 4h ``ta_updated``) and are not in the panel: read them with `scan`.
+
+    ``snapshot``: one row per fetch, ``token``, ``fetched_at`` (when the figures became knowable)
+    and the ``columns`` asked for (default price, market cap, rank, volume).
+
+    Scope it with ``tokens``, ``intervals``, ``indicators`` (indicators, signals) or
+    ``families`` (patterns): the filters reach the Delta scans, so a scoped panel reads only its
+    rows. Names the catalogue does not know are a `ValueError` naming the known ones.
 
     Examples:
-        >>> defilens.panel("history/").filter(pl.col("token") == "bitcoin").collect()  # doctest: +SKIP
+        >>> defilens.panel("history/", tokens="bitcoin", intervals="1h", indicators="rsi14").collect()  # doctest: +SKIP
     """
-    return per_candle(seen(source, storage_options))
-
-
-def seen(source: PathLike, storage_options: Optional[Mapping[str, Any]]) -> pl.LazyFrame:
-    """Every indicator value fetched, beside the candle close ``ta_updated`` gave in that fetch."""
-    indicators = scan(source, "indicators", storage_options=storage_options).select(
-        "token", "interval", "indicator", "value", "fetched_at"
+    scope = scope_of(
+        frame, tokens=tokens, intervals=intervals, indicators=indicators, families=families, columns=columns
     )
-    closes = scan(source, "ta_updated", storage_options=storage_options).select(
-        "token", "interval", "fetched_at", "updated_at"
-    )
-    return indicators.join(closes, on=["token", "interval", "fetched_at"], how="inner").filter(
-        pl.col("updated_at").is_not_null()
-    )
+    root = open_for_reading(source, storage_options)
+    return panel_of(root, scope)
 
 
-def per_candle(rows: pl.LazyFrame) -> pl.LazyFrame:
-    """`seen` rows folded into the panel's one row per candle."""
+def panel_of(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
+    """The panel of a checked scope; ``before`` are further filters for every scan (on
+    ``fetched_at``: an as-of read never needs a fetch after its last decision time)."""
+    if scope.frame == "snapshot":
+        return (
+            scan_table(root, "snapshot", where=[*scope.filters("snapshot"), *before])
+            .select("token", "fetched_at", *scope.columns)
+            .sort("token", "fetched_at")
+        )
+    fetches = seen(root, scope, before)
+    if scope.frame == "patterns":
+        return per_pattern(fetches, candles_fetched(root, scope, before))
+    return per_candle(fetches, scope.keys)
+
+
+def closes(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
+    """Every fetch's candle close per (token, interval), from ``ta_updated``."""
     return (
-        rows.group_by([*KEYS, "updated_at"])
+        scan_table(root, "ta_updated", where=[*scope.filters("ta_updated"), *before])
+        .select("token", "interval", "fetched_at", pl.col("updated_at").alias(_CLOSE))
+        .filter(pl.col(_CLOSE).is_not_null())
+    )
+
+
+def seen(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
+    """Every row of a candle frame fetched, beside the candle close the same fetch reported."""
+    value = ["pattern"] if scope.frame == "patterns" else ["value"]
+    rows = scan_table(root, scope.frame, where=[*scope.filters(scope.frame), *before]).select(
+        "token", "interval", scope.name_column, *value, "fetched_at"
+    )
+    return rows.join(closes(root, scope, before), on=["token", "interval", "fetched_at"], how="inner")
+
+
+def candles_fetched(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
+    """Per (token, interval, candle): its first and last fetch and how many fetches saw it."""
+    return (
+        closes(root, scope, before)
+        .group_by("token", "interval", _CLOSE)
+        .agg(
+            pl.col("fetched_at").min().alias("candle_first_fetch"),
+            pl.col("fetched_at").max().alias("candle_last_fetch"),
+            pl.col("fetched_at").n_unique().cast(pl.Int64).alias("fetches"),
+        )
+    )
+
+
+def per_candle(rows: pl.LazyFrame, keys: List[str]) -> pl.LazyFrame:
+    """`seen` rows folded into one row per candle: the value first seen, last seen, revisions."""
+    return (
+        rows.group_by([*keys, _CLOSE])
         .agg(
             pl.col("fetched_at").min().alias("first_seen_at"),
             pl.col("value").get(pl.col("fetched_at").arg_min()).alias("value"),
             pl.col("value").get(pl.col("fetched_at").arg_max()).alias("last_value"),
             pl.col("value").n_unique().cast(pl.Int64).alias("revisions"),
         )
-        .with_columns((pl.col("first_seen_at") - pl.col("updated_at")).alias("lag"))
-        .select(*KEYS, "updated_at", "first_seen_at", "value", "last_value", "revisions", "lag")
+        .with_columns(*candle_times(), (pl.col("first_seen_at") - pl.col(_CLOSE)).alias("lag"))
+        .select(*keys, *VALUE_COLUMNS)
     )
 
 
-def _moments(at: Union[dt.datetime, Sequence[dt.datetime]]) -> pl.DataFrame:
-    moments = [at] if isinstance(at, dt.datetime) else list(at)
-    if not moments:
-        raise ValueError("at needs at least one datetime")
-    for moment in moments:
-        if not isinstance(moment, dt.datetime):
-            raise TypeError(f"at must be a datetime or a sequence of them, got {type(moment).__name__}")
-    aware = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in moments]  # naive means UTC
-    return pl.DataFrame({"at": aware}).with_columns(pl.col("at").cast(UTC_MS)).unique().sort("at")
-
-
-def asof(
-    source: PathLike,
-    at: Union[dt.datetime, Sequence[dt.datetime]],
-    *,
-    storage_options: Optional[Mapping[str, Any]] = None,
-) -> pl.DataFrame:
-    """For each decision time in ``at`` (a datetime or several; naive means UTC), per
-    (``token``, ``interval``, ``indicator``), the latest candle whose ``first_seen_at <= at``:
-    ``at``, ``token``, ``interval``, ``indicator``, ``updated_at``, ``first_seen_at``, ``value``.
-
-    Never a value before it was seen: the join a backtest can trust. A decision time before the
-    first fetch gets no rows.
-    """
-    moments = _moments(at)
-    rows = panel(source, storage_options=storage_options).select(*KEYS, "updated_at", "first_seen_at", "value")
-    # Of a key's candles in the order they were first seen, only those newer than every candle
-    # seen before them can be the latest at some moment (an older candle seen late never is).
-    frontier = (
-        rows.sort("first_seen_at", "updated_at")
-        .filter(pl.col("updated_at") >= pl.col("updated_at").cum_max().over(KEYS))
-        .collect()
-    )
-    keys = frontier.select(KEYS).unique()
-    grid = moments.join(keys, how="cross").sort("at")
-    with warnings.catch_warnings():
-        # Both sides are sorted just above; polars says it cannot check that within groups.
-        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
-        found = grid.join_asof(
-            frontier.sort("first_seen_at"), left_on="at", right_on="first_seen_at", by=KEYS, strategy="backward"
-        )
+def per_pattern(rows: pl.LazyFrame, candles: pl.LazyFrame) -> pl.LazyFrame:
+    """`seen` pattern rows folded into one row per (pattern, candle), beside the candle's fetches."""
+    keys = ["token", "interval", "family", "pattern"]
     return (
-        found.filter(pl.col("first_seen_at").is_not_null())
-        .select("at", *KEYS, "updated_at", "first_seen_at", "value")
-        .sort("at", *KEYS)
+        rows.group_by([*keys, _CLOSE])
+        .agg(
+            pl.col("fetched_at").min().alias("first_seen_at"),
+            pl.col("fetched_at").max().alias("last_seen_at"),
+            pl.col("fetched_at").n_unique().cast(pl.Int64).alias("shown"),
+        )
+        .join(candles, on=["token", "interval", _CLOSE], how="left")
+        .with_columns(
+            *candle_times(),
+            (pl.col("last_seen_at") < pl.col("candle_last_fetch")).alias("withdrawn"),
+            (pl.col("first_seen_at") - pl.col(_CLOSE)).alias("lag"),
+        )
+        .select(*keys, *PATTERN_COLUMNS)
     )

@@ -1,0 +1,130 @@
+"""One clock: a history collected from a Sandbox on a simulated clock is stamped in simulated time
+everywhere (fetched_at, the date partitions, the spool's rounds, first_seen_at, lag, the audit's
+staleness, the Sandbox's Date header), and a client on the wall clock is unchanged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import itertools
+import time
+import urllib.request
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import defilens
+from defilens.testing import Sandbox
+
+UTC = dt.timezone.utc
+START = dt.datetime(2026, 1, 5, 23, 20, tzinfo=UTC)
+
+
+def test_a_client_bound_to_a_simulated_sandbox_stamps_its_time() -> None:
+    with Sandbox(now=START) as sandbox:
+        bound = defilens.Client(base_url=sandbox.url, clock=sandbox)
+        implied = defilens.Client(base_url=sandbox)  # the Sandbox itself: its clock comes with it
+        wall = defilens.Client(base_url=sandbox.url)  # only its URL: the wall clock, as before
+        for client in (bound, implied):
+            frames = client.fetch(["bitcoin"])
+            assert client.now() == START
+            assert frames.snapshot["fetched_at"].to_list() == [START]
+            assert set(frames.log["fetched_at"].to_list()) == {START}
+            assert "clock='sandbox'" in repr(client)
+        sandbox.advance("15m")
+        assert bound.fetch(["bitcoin"]).snapshot["fetched_at"][0] == START + dt.timedelta(minutes=15)
+        wall_time = wall.fetch(["bitcoin"]).snapshot["fetched_at"][0]
+        assert abs(wall_time - dt.datetime.now(UTC)) < dt.timedelta(minutes=5)
+        assert "clock" not in repr(wall)
+
+
+def test_the_sandbox_sends_its_own_time_in_the_date_header() -> None:
+    with Sandbox(now=START) as sandbox:
+        with urllib.request.urlopen(f"{sandbox.url}/listings/bitcoin") as response:
+            assert email.utils.parsedate_to_datetime(response.headers["Date"]) == START
+        sandbox.advance("1d")
+        with urllib.request.urlopen(f"{sandbox.url}/listings/bitcoin") as response:
+            assert email.utils.parsedate_to_datetime(response.headers["Date"]) == START + dt.timedelta(days=1)
+    with Sandbox() as wall, urllib.request.urlopen(f"{wall.url}/listings/bitcoin") as response:
+        sent = email.utils.parsedate_to_datetime(response.headers["Date"])
+        assert abs(sent - dt.datetime.now(UTC)) < dt.timedelta(minutes=5)
+
+
+def test_a_clock_that_is_not_a_sandbox_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"clock must be a defilens\.testing\.Sandbox"):
+        defilens.Client(base_url="http://127.0.0.1:9", clock="sandbox")  # type: ignore[arg-type]
+    with Sandbox() as sandbox:
+        assert sandbox.speed is None
+    with Sandbox(now=START) as sandbox:
+        assert sandbox.speed == 0
+    with Sandbox(now=START, speed=60) as sandbox:
+        assert sandbox.speed == 60
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tokens every 15 minutes for six simulated hours across midnight, collected in a
+    second of real time: the collector moves the Sandbox's still clock from round to round."""
+    root = tmp_path_factory.mktemp("clock") / "h"
+    with Sandbox(now=START) as sandbox:
+        client = defilens.Client(base_url=sandbox)
+        began = time.monotonic()
+        assert client.collect(["bitcoin", "ethereum"], "15m", count=24, out=root) == 24
+        assert time.monotonic() - began < 120  # six simulated hours, not six real ones
+        assert sandbox.now == START + dt.timedelta(minutes=15 * 23)
+    return root
+
+
+def test_a_simulated_history_is_stamped_in_simulated_time(simulated: Path) -> None:
+    snapshot = defilens.scan(simulated, "snapshot").collect()
+    rounds = sorted(set(snapshot["fetched_at"].to_list()))
+    assert rounds == [START + dt.timedelta(minutes=15 * k) for k in range(24)]
+    days = snapshot.group_by("date").len().sort("date")
+    assert days["date"].to_list() == [dt.date(2026, 1, 5), dt.date(2026, 1, 6)]
+    assert days["len"].to_list() == [2 * 3, 2 * 21]  # 23:20, 23:35, 23:50, then 00:05 onwards
+    assert sorted(p.name for p in (simulated / "snapshot").iterdir() if p.name.startswith("date=")) == [
+        "date=2026-01-05",
+        "date=2026-01-06",
+    ]
+
+
+def test_every_candle_lag_is_the_poll_offset(simulated: Path) -> None:
+    lags = {
+        interval: set(defilens.panel(simulated).filter(pl.col("interval") == interval).collect()["lag"].to_list())
+        for interval in ("5m", "15m")
+    }
+    # Rounds at :05, :20, :35 and :50: on a 5-minute close, and five minutes after a 15-minute one.
+    assert lags == {"5m": {dt.timedelta(0)}, "15m": {dt.timedelta(minutes=5)}}
+    hourly = defilens.panel(simulated).filter(pl.col("interval") == "1h").collect()
+    # The first round after each hour's close is five minutes after it (00:05, 01:05, ...), except
+    # the 23:00 close, first seen by the first round at 23:20.
+    assert set(hourly["lag"].to_list()) == {dt.timedelta(minutes=5), dt.timedelta(minutes=20)}
+
+
+def test_the_audit_finds_no_stale_fetch_in_a_simulated_history(simulated: Path) -> None:
+    report = defilens.audit(simulated, cache=False)
+    assert report.stale.height == 0
+    assert report.failures.height == 0
+
+
+def test_a_running_simulated_clock_is_waited_for_on_its_own_time(tmp_path: Path) -> None:
+    # 600 simulated seconds a real second: 5-minute rounds every half second of real time.
+    with Sandbox(now=START, speed=600) as sandbox:
+        client = defilens.Client(base_url=sandbox)
+        began = time.monotonic()
+        client.collect(["bitcoin"], "5m", count=3, out=tmp_path / "h", markets=False)
+        took = time.monotonic() - began
+    fetched = sorted(defilens.scan(tmp_path / "h", "snapshot").collect()["fetched_at"].to_list())
+    steps = [later - earlier for earlier, later in itertools.pairwise(fetched)]
+    assert all(dt.timedelta(minutes=5) <= step < dt.timedelta(minutes=5, seconds=90) for step in steps), steps
+    assert took < 60
+
+
+def test_rounds_moved_by_on_round_keep_their_times(tmp_path: Path) -> None:
+    """The idiom of earlier versions: a still clock moved by ``on_round``; the collector adds nothing."""
+    with Sandbox(now=START) as sandbox:
+        client = defilens.Client(base_url=sandbox)
+        client.collect(["bitcoin"], "0.01s", count=3, out=tmp_path / "h", on_round=lambda n, f: sandbox.advance("1h"))
+    fetched = sorted(defilens.scan(tmp_path / "h", "snapshot").collect()["fetched_at"].to_list())
+    assert fetched == [START + dt.timedelta(hours=k) for k in range(3)]
