@@ -171,3 +171,19 @@ def test_a_hash_in_an_object_storage_url_is_refused(bucket: str, s3: Dict[str, s
         with pytest.raises(ValueError, match="has a '#', which starts a fragment"):
             client.collect(["bitcoin"], "1s", count=1, out=f"{bucket}/a#b", storage_options=s3)
         assert sandbox.requests == 0
+
+
+@pytest.mark.parametrize("name", ["with space", "é#"])
+def test_a_history_of_earlier_versions_under_an_odd_name_converts(tmp_path: Path, name: str) -> None:
+    from history_checks import write_old_round
+
+    root = tmp_path / name
+    with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url)
+        for number in range(2):
+            write_old_round(client.fetch(TOKENS, progress=False), root, sandbox.now, number)
+            sandbox.advance("1h")
+    report = defilens.convert(root)
+    assert report["tables"] > 0
+    assert defilens.scan(root, "snapshot").collect().height == 2 * 2
+    assert versions(root, "snapshot").height >= 1
