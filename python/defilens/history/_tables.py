@@ -10,7 +10,8 @@ table is read, so `scan` gives the frames' own dtypes back.
 from __future__ import annotations
 
 import random
-from concurrent.futures import ThreadPoolExecutor
+import re
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 import polars as pl
@@ -19,6 +20,7 @@ from .. import _waiting
 from .._core import FRAME_NAMES, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, INTERVAL
+from ._panics import quiet_panics
 from ._root import Root, require
 
 if TYPE_CHECKING:
@@ -53,6 +55,9 @@ TABLE_PROPERTIES = {
 #: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
 COMMIT_ATTEMPTS = 8
 COMMIT_BACKOFF = (0.05, 2.0)
+#: The names of the threads that commit a round (the command line waits for none of them after
+#: a second Ctrl-C).
+COMMIT_THREADS = "defilens-commit"
 
 
 def frame_schema(name: str) -> Dict[str, pl.DataType]:
@@ -104,10 +109,19 @@ def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
     return table
 
 
-def one_line(error: BaseException) -> str:
+#: Terminal escapes (colours, styles) that object_store's messages may carry.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def one_line(error: BaseException, limit: Optional[int] = 400) -> str:
+    """An error's message on one line, without terminal escapes."""
     # obstore appends a Debug dump of the error after the message: the message is enough.
-    text = " ".join(str(error).split("Debug source:", 1)[0].split())
-    return text[:400] if text else type(error).__name__
+    text = _ESCAPES.sub("", str(error)).split("Debug source:", 1)[0]
+    # Its error chain comes as "outer ↳ inner" (the arrow coloured): as a sentence, "outer: inner".
+    text = " ".join(re.sub(r"\s*↳\s*", ": ", text).split())
+    if not text:
+        return type(error).__name__
+    return text[:limit] if limit else text
 
 
 def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
@@ -205,17 +219,28 @@ def commit_round(
     work = {name: frame for name, frame in tables.items() if frame.height}
     if not work:
         return {}
-    with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
-        futures = {
-            name: pool.submit(commit, root, name, frame, app_id, version, metadata) for name, frame in work.items()
-        }
-        results: Dict[str, bool] = {}
-        first_error: Optional[BaseException] = None
-        for name, future in futures.items():
-            try:
-                results[name] = future.result()
-            except BaseException as error:
-                first_error = first_error or error
+    pool = ThreadPoolExecutor(max_workers=min(4, len(work)), thread_name_prefix=COMMIT_THREADS)
+    try:
+        with quiet_panics():
+            futures = {
+                name: pool.submit(commit, root, name, frame, app_id, version, metadata) for name, frame in work.items()
+            }
+            # Waited for in slices: a Ctrl-C that another thread received is seen within one.
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=_waiting.SLICE_SECONDS)
+    except BaseException:
+        # Interrupted: commits under way cannot be stopped inside delta-rs; queued ones are dropped.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    results: Dict[str, bool] = {}
+    first_error: Optional[BaseException] = None
+    for name, future in futures.items():
+        try:
+            results[name] = future.result()
+        except Exception as error:
+            first_error = first_error or error
     if first_error is not None:
         raise first_error
     return results
