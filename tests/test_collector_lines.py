@@ -318,3 +318,26 @@ def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> Non
     assert _versions(root, "stable", s3)["snapshot"] == 3
     leases = Spool(root_of(root, s3)).store.list(prefix="_defilens/collectors").collect()
     assert [meta["path"] for meta in leases if meta["path"].endswith(".lease")] == []
+
+
+def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811
+    root = f"{bucket}/history"
+    _spool_round(root, "restarted", storage_options=s3)
+    # A collector that took its lease and died without a word (kill -9 of a collect).
+    script = (
+        "import os, sys\n"
+        "from defilens.history._liveness import collector_running\n"
+        "from defilens.history._root import root_of\n"
+        f"holding = collector_running(root_of({root!r}, {s3!r}), 'restarted')\n"
+        "holding.__enter__()\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    leases = Spool(root_of(root, s3)).store.list(prefix="_defilens/collectors").collect()
+    assert [meta["path"] for meta in leases if meta["path"].endswith(".lease")] == [
+        "_defilens/collectors/restarted.lease"
+    ]
+    with pytest.warns(defilens.DefiLensWarning, match="finished 1 round"):
+        assert _collect(root, 1, collector_id="restarted", storage_options=s3) == 1
+    assert assert_whole_rounds(root, s3) == 2 * 2
+    assert _versions(root, "restarted", s3)["snapshot"] == 1

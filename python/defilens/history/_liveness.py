@@ -8,8 +8,9 @@ system when the process dies, however it dies; the file is removed when the coll
 In object storage it is a lease object ``_defilens/collectors/<id>.lease``, created only if
 absent and renewed every `LEASE` / 3 (by a thread, and before a round's commit when the last
 renewal is older than half the lease); a lease not renewed for `LEASE`, judged by the store's
-own clock (object timestamps), belongs to a collector that is gone. A collector that finds its
-lease taken over (it stalled longer than the lease) stops before its next commit.
+own clock (object timestamps), or left by a process of this machine that no longer runs, belongs
+to a collector that is gone. A collector that finds its lease taken over (it stalled longer than
+the lease) stops before its next commit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .._exceptions import HistoryError
 from ._root import Root, require
@@ -137,6 +138,25 @@ class _LocalRunning(Running):
         self._unlock(self.app_id, self._fd)
 
 
+def _holder() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _gone_here(body: bytes) -> bool:
+    """Whether a lease was left by a process of this machine that no longer runs (a collector
+    killed and restarted at once need not wait for its lease to lapse)."""
+    try:
+        host, pid, _ = str(json.loads(body)["holder"]).rsplit(":", 2)
+        if host != os.uname().nodename or int(pid) == os.getpid():
+            return False
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except Exception:  # unreadable, or a process we may not signal: it runs
+        return False
+    return False
+
+
 def _e_tag(result: Any) -> Optional[str]:
     return result.get("e_tag") if isinstance(result, dict) else getattr(result, "e_tag", None)
 
@@ -148,9 +168,7 @@ class _LeaseRunning(Running):
         self.errors = require("obstore.exceptions")
         self.store = root.store()
         self.path = f"{COLLECTORS}/{app_id}.lease"
-        self.body = json.dumps(
-            {"collector": app_id, "holder": f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"}
-        ).encode()
+        self.body = json.dumps({"collector": app_id, "holder": _holder()}).encode()
         self._now: Optional[tuple[dt.datetime, float]] = None
         self._lock = threading.Lock()
         self._lost = False
@@ -182,26 +200,28 @@ class _LeaseRunning(Running):
         stamp, at = self._now
         return stamp + dt.timedelta(seconds=time.monotonic() - at)
 
-    def _age(self, path: str) -> Optional[tuple[dt.timedelta, Optional[str]]]:
-        """How long ago the object at ``path`` was last written (by the store's clock), and its
-        e_tag; None when there is none."""
+    def _seen(self, path: str) -> Optional[Tuple[bool, Optional[str]]]:
+        """Whether the lease at ``path`` is held (renewed within `LEASE` by the store's clock, and
+        not left by a process of this machine that is gone), and its e_tag; None when there is none."""
         try:
-            meta = self.obstore.head(self.store, path)
+            found = self.obstore.get(self.store, path)
+            body = bytes(found.bytes())
         except FileNotFoundError:
             return None
         except Exception as error:  # obstore's errors, OSError
             raise HistoryError(f"cannot read {self.root.url}/{path}: {one_line(error)}") from None
-        return self._store_now() - meta["last_modified"], meta.get("e_tag")
+        meta = found.meta
+        held = self._store_now() - meta["last_modified"] < LEASE and not _gone_here(body)
+        return held, meta.get("e_tag")
 
     def _take_over(self) -> Any:
-        seen = self._age(self.path)
-        if seen is not None and seen[0] < LEASE:
-            ago = max(0, int(seen[0].total_seconds()))
+        seen = self._seen(self.path)
+        if seen is not None and seen[0]:
             raise _in_use(
                 self.root,
                 self.app_id,
-                f" (its lease was renewed {ago} s ago; a collector that was killed frees it "
-                f"{int(LEASE.total_seconds())} s after its last renewal)",
+                f" (its lease is renewed every {int(LEASE.total_seconds() / 3)} s; one that a collector of another "
+                f"machine left when it was killed lapses {int(LEASE.total_seconds())} s after its last renewal)",
             )
         try:
             if seen is None:
@@ -238,8 +258,8 @@ class _LeaseRunning(Running):
             )
 
     def _probe(self, app_id: str) -> bool:
-        seen = self._age(f"{COLLECTORS}/{app_id}.lease")
-        return seen is not None and seen[0] < LEASE
+        seen = self._seen(f"{COLLECTORS}/{app_id}.lease")
+        return seen is not None and seen[0]
 
     def release(self) -> None:
         self._stop.set()
