@@ -22,7 +22,7 @@ from history_checks import assert_whole_rounds
 from test_object_storage import bucket, s3  # noqa: F401  (moto on loopback, in its own process)
 
 import defilens
-from defilens.history import TABLES
+from defilens.history import TABLES, _liveness
 from defilens.history._collect import new_collector_id
 from defilens.history._liveness import collector_running
 from defilens.history._root import root_of
@@ -341,3 +341,21 @@ def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Di
         assert _collect(root, 1, collector_id="restarted", storage_options=s3) == 1
     assert assert_whole_rounds(root, s3) == 2 * 2
     assert _versions(root, "restarted", s3)["snapshot"] == 1
+
+
+def test_a_lease_is_renewed_and_a_holder_that_stalled_past_it_stops(
+    bucket: str,  # noqa: F811
+    s3: Dict[str, str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_liveness, "LEASE", dt.timedelta(seconds=3))  # renewed every second
+    root = root_of(f"{bucket}/history", s3)
+    with collector_running(root, "a") as first:
+        time.sleep(4.5)  # past the lease: only its renewals keep it
+        with pytest.raises(defilens.HistoryError, match="'a' is in use"), collector_running(root, "a"):
+            pass
+        first.check()
+        first._stop.set()  # type: ignore[attr-defined]  # the holder stalls: no renewal any more
+        time.sleep(4.5)
+        with collector_running(root, "a"), pytest.raises(defilens.HistoryError, match="'a' was taken over"):
+            first.check()

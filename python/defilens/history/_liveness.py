@@ -33,6 +33,9 @@ COLLECTORS = "_defilens/collectors"
 #: How long a collector's lease in object storage lasts without renewal.
 LEASE = dt.timedelta(seconds=60)
 
+#: How long a stopping collector waits for its lease to be deleted.
+RELEASE_WAIT = 5.0
+
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -262,11 +265,20 @@ class _LeaseRunning(Running):
         return seen is not None and seen[0]
 
     def release(self) -> None:
+        # Neither waits long on a store that does not answer (a stop should not take its retries):
+        # a renewal still under way cannot bring the lease back (it is conditional on the e_tag),
+        # and a lease not deleted lapses.
         self._stop.set()
-        self._renewer.join()
-        if not self._lost:
-            with contextlib.suppress(Exception):  # it expires
+        if self._lost:
+            return
+
+        def delete() -> None:
+            with contextlib.suppress(Exception):
                 self.obstore.delete(self.store, self.path)
+
+        deleting = threading.Thread(target=delete, name="defilens-collector-lease-delete", daemon=True)
+        deleting.start()
+        deleting.join(RELEASE_WAIT)
 
 
 @contextlib.contextmanager
