@@ -179,11 +179,33 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _slow_collect(tmp_path: Path, root: Path, slow: float) -> "subprocess.Popen[str]":
+#: Runs the CLI with the spool's put stalled inside obstore, on a store that never answers (a call
+#: into Rust that does not return to Python until its timeout).
+STALLED_SPOOL_CLI = """
+import os, sys, socket, threading, pathlib, obstore
+from obstore.store import S3Store
+from defilens.history import _spool
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(16)
+held = []
+threading.Thread(target=lambda: [held.append(server.accept()[0]) for _ in iter(int, 1)], daemon=True).start()
+silent = S3Store("b", endpoint=f"http://127.0.0.1:{server.getsockname()[1]}", access_key_id="x",
+                 secret_access_key="y", region="us-east-1", client_options={"allow_http": True, "timeout": "600s"})
+def put(self, round_):
+    pathlib.Path(os.environ["DEFILENS_TEST_MARK"]).touch()
+    obstore.put(silent, "round", b"x")
+_spool.Spool.put = put
+from defilens._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _slow_collect(tmp_path: Path, root: Path, slow: float, script: str = SLOW_CLI) -> "subprocess.Popen[str]":
     mark = tmp_path / "committing"
     mark.unlink(missing_ok=True)
     env = {**os.environ, "DEFILENS_TEST_MARK": str(mark), "DEFILENS_TEST_SLOW": str(slow)}
-    command = [sys.executable, "-c", SLOW_CLI, "collect", *TOKENS, "--sandbox", "--every", "0.01s", "--raw"]
+    command = [sys.executable, "-c", script, "collect", *TOKENS, "--sandbox", "--every", "0.01s", "--raw"]
     child = subprocess.Popen(
         command + ["--out", str(root)],
         stdout=subprocess.PIPE,
@@ -229,6 +251,25 @@ def test_ctrl_c_twice_stops_at_once_and_the_next_collect_finishes_the_round(tmp_
     with pytest.warns(defilens.DefiLensWarning, match="finished 1 round"):
         _collect(root, 1)
     assert assert_whole_rounds(root) == 3 * 2
+
+
+def test_ctrl_c_twice_stops_a_spool_write_stalled_inside_obstore(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 1)
+    child = _slow_collect(tmp_path, root, slow=0, script=STALLED_SPOOL_CLI)
+    child.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)  # the stalled put would take ten minutes
+    assert child.returncode == 130, err
+    assert _stderr_lines(err) == [
+        f"stopped during a commit after 0 rounds (the next collect finishes what the spool holds of it); history in "
+        f"{root}"
+    ], err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", defilens.DefiLensWarning)  # nothing was left to finish
+        _collect(root, 1)
+    assert assert_whole_rounds(root) == 2 * 2
 
 
 # -- collector ids ------------------------------------------------------------------------------

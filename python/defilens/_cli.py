@@ -522,10 +522,12 @@ def _collect(args: argparse.Namespace) -> int:
                 collector_id=args.collector_id,
             )
         except InterruptedCommit:
-            # Ctrl-C twice: the commits under way are left to finish or not; the round is spooled.
+            # Ctrl-C twice: the calls into delta-rs and obstore under way are left unfinished (as by a kill -9,
+            # which the spool is made for); Python would wait for them at exit, and a thread inside Rust must not
+            # run into the interpreter's finalization.
             print(
-                f"stopped during a commit after {rounds_done} rounds: the round being committed waits in the spool and "
-                f"the next collect finishes it; history in {args.out}",
+                f"stopped during a commit after {rounds_done} rounds (the next collect finishes what the spool holds of "
+                f"it); history in {args.out}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -11,7 +11,8 @@ import threading
 import time
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Union
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from .. import _waiting
 from .._duration import parse_every
@@ -21,11 +22,13 @@ from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._spool import Spool
-from ._tables import TABLES, commit_round, load
+from ._tables import COMMIT_THREADS, TABLES, commit_round, load
 
 if TYPE_CHECKING:
     from .._client import Client
     from .._frames import Frames
+
+T = TypeVar("T")
 
 #: Rounds in a row in which every request failed before `collect` gives up (with the last error).
 DEFAULT_MAX_FAILED_ROUNDS = 3
@@ -73,6 +76,24 @@ def finishing_commit() -> Iterator[List[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
+def in_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a thread of its own, waited for in slices: a call into obstore or
+    delta-rs does not return to Python until it is done (a store that does not answer: minutes),
+    and a Ctrl-C is seen only when the main thread runs Python."""
+    future: "Future[T]" = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=f"{COMMIT_THREADS}-spool", daemon=True).start()
+    while not wait([future], timeout=_waiting.SLICE_SECONDS).done:
+        pass
+    return future.result()
+
+
 def _stacklevel_outside() -> int:
     """The stack level of the first caller outside defilens, for a warning that points at the
     user's line (3.12's ``skip_file_prefixes``, by hand)."""
@@ -88,13 +109,15 @@ def _stacklevel_outside() -> int:
 def next_round(root: Root, app_id: str) -> int:
     """The number of the next round of collector ``app_id``: one past the last any table records
     (a collector restarted with a stable id goes on, instead of being skipped as done)."""
-    last = -1
-    for name in TABLES:
+
+    def last_in(name: str) -> int:
         table = load(root, name)
         done = table.transaction_version(app_id) if table is not None else None
-        if done is not None:
-            last = max(last, done)
-    return last + 1
+        return -1 if done is None else done
+
+    # The tables side by side: each load waits mostly on storage.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return max(pool.map(last_in, TABLES)) + 1
 
 
 def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
@@ -102,7 +125,7 @@ def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
     then takes it out of the spool."""
     tables, _ = tables_of(round_)
     commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
-    spool.drop(path)
+    in_thread(spool.drop, path)
 
 
 def recover(root: Root, spool: Optional[Spool] = None, running: Optional[Running] = None) -> int:
@@ -257,7 +280,7 @@ def _collect_rounds(
         round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
         running.check()
         with finishing_commit() as interrupted:
-            path = spool.put(round_)
+            path = in_thread(spool.put, round_)
             commit(root, spool, round_, path)
         rounds += 1
         number += 1
