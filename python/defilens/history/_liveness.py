@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import platform
 import re
 import threading
 import time
@@ -103,19 +104,17 @@ class _LocalRunning(Running):
     def _lock(self, app_id: str) -> Optional[int]:
         """The lock on ``app_id``'s file, or None when a running collector holds it. A file
         removed by its holder between open and lock is opened again."""
-        import fcntl
-
         path = self._path(app_id)
         while True:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as error:
                 raise HistoryError(f"cannot open {path!r}: {error.strerror or error}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _try_lock(fd):
                 os.close(fd)
                 return None
+            if os.name == "nt":
+                return fd  # an open file cannot be removed there: no stale name to check
             try:
                 held, named = os.fstat(fd), os.stat(path)
                 if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
@@ -125,6 +124,11 @@ class _LocalRunning(Running):
             os.close(fd)
 
     def _unlock(self, app_id: str, fd: int) -> None:
+        if os.name == "nt":
+            os.close(fd)
+            with contextlib.suppress(OSError):  # another collector opened it meanwhile
+                os.unlink(self._path(app_id))
+            return
         # Removed while still locked: whoever opens the name afterwards gets a new file.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(app_id))
@@ -141,16 +145,37 @@ class _LocalRunning(Running):
         self._unlock(self.app_id, self._fd)
 
 
+def _try_lock(fd: int) -> bool:
+    """Takes the lock on an open file without waiting; False when another process holds it."""
+    if os.name == "nt":
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _holder() -> str:
-    return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{platform.node()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _gone_here(body: bytes) -> bool:
     """Whether a lease was left by a process of this machine that no longer runs (a collector
     killed and restarted at once need not wait for its lease to lapse)."""
+    if os.name == "nt":
+        return False  # os.kill there ends a process rather than asking after it
     try:
         host, pid, _ = str(json.loads(body)["holder"]).rsplit(":", 2)
-        if host != os.uname().nodename or int(pid) == os.getpid():
+        if host != platform.node() or int(pid) == os.getpid():
             return False
         os.kill(int(pid), 0)
     except ProcessLookupError:
