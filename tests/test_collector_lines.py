@@ -222,6 +222,18 @@ def _slow_collect(tmp_path: Path, root: Path, slow: float, script: str = SLOW_CL
     return child
 
 
+def _ctrl_c_until_stopped(child: "subprocess.Popen[str]", within: float) -> "tuple[str, str]":
+    """Ctrl-C, and again every half second until the process ends (two signals close together
+    may reach Python's handler as one)."""
+    deadline = time.monotonic() + within
+    while child.poll() is None and time.monotonic() < deadline:
+        child.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)
+    assert child.poll() is not None, "Ctrl-C did not stop the collector"
+    return child.communicate(timeout=10)
+
+
 def test_ctrl_c_inside_a_commit_stops_after_that_commit(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 1)  # the tables exist: the next round's commits are the slowed ones
@@ -240,10 +252,7 @@ def test_ctrl_c_twice_stops_at_once_and_the_next_collect_finishes_the_round(tmp_
     root = tmp_path / "h"
     _collect(root, 1)
     child = _slow_collect(tmp_path, root, slow=600)
-    child.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)  # far less than one slowed commit
+    _, err = _ctrl_c_until_stopped(child, within=60)  # far less than one slowed commit
     assert child.returncode == 130, err
     lines = _stderr_lines(err)
     assert len(lines) == 1 and lines[0].startswith("stopped during a commit"), err
@@ -257,10 +266,7 @@ def test_ctrl_c_twice_stops_a_spool_write_stalled_inside_obstore(tmp_path: Path)
     root = tmp_path / "h"
     _collect(root, 1)
     child = _slow_collect(tmp_path, root, slow=0, script=STALLED_SPOOL_CLI)
-    child.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)  # the stalled put would take ten minutes
+    _, err = _ctrl_c_until_stopped(child, within=60)  # the stalled put would take ten minutes
     assert child.returncode == 130, err
     assert _stderr_lines(err) == [
         f"stopped during a commit after 0 rounds (the next collect finishes what the spool holds of it); history in "

@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -524,7 +525,8 @@ def _collect(args: argparse.Namespace) -> int:
         except InterruptedCommit:
             # Ctrl-C twice: the calls into delta-rs and obstore under way are left unfinished (as by a kill -9,
             # which the spool is made for); Python would wait for them at exit, and a thread inside Rust must not
-            # run into the interpreter's finalization.
+            # run into the interpreter's finalization. More Ctrl-Cs change nothing now.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             print(
                 f"stopped during a commit after {rounds_done} rounds (the next collect finishes what the spool holds of "
                 f"it); history in {args.out}",
