@@ -278,7 +278,7 @@ def _collect_rounds(
             warnings.simplefilter("ignore", DefiLensWarning)
             frames = client.fetch(ids, markets=markets, progress=progress)
         round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
-        running.check()
+        in_thread(running.check)  # may renew its lease: a call into obstore
         with finishing_commit() as interrupted:
             path = in_thread(spool.put, round_)
             commit(root, spool, round_, path)

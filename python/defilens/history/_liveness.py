@@ -8,8 +8,9 @@ system when the process dies, however it dies; the file is removed when the coll
 In object storage it is a lease object ``_defilens/collectors/<id>.lease``, created only if
 absent and renewed every `LEASE` / 3 (by a thread, and before a round's commit when the last
 renewal is older than half the lease); a lease not renewed for `LEASE`, judged by the store's
-own clock (object timestamps), or left by a process of this machine that no longer runs, belongs
-to a collector that is gone. A collector that finds its lease taken over (it stalled longer than
+own clock (object timestamps; the store's "now" is the time it gives ``_defilens/collectors/_clock``
+when written), or left by a process of this machine that no longer runs, belongs to a collector
+that is gone. A collector that finds its lease taken over (it stalled longer than
 the lease) stops before its next commit.
 """
 
