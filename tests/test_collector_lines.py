@@ -22,13 +22,13 @@ from history_checks import assert_whole_rounds
 from test_object_storage import bucket, s3  # noqa: F401  (moto on loopback, in its own process)
 
 import defilens
-from defilens.history import TABLES, _liveness
+from defilens.history import TABLES, _liveness, _tables
 from defilens.history._collect import new_collector_id
 from defilens.history._liveness import collector_running
 from defilens.history._root import root_of
-from defilens.history._rounds import round_of_fetch
+from defilens.history._rounds import round_of_fetch, tables_of
 from defilens.history._spool import Spool
-from defilens.history._tables import load, one_line
+from defilens.history._tables import commit_round, load, one_line
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
@@ -70,6 +70,24 @@ def test_one_line_drops_colour_escapes_and_debug_dumps() -> None:
     assert (
         one_line(OSError(f"{ESC}[1mbold{ESC}[0m and {ESC}]8;;http://x{ESC}\\link{ESC}]8;;{ESC}\\")) == "bold and link"
     )
+
+
+def test_a_panic_inside_a_commit_becomes_a_history_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A panic in the calling thread of delta-rs reaches Python as pyo3's PanicException, a
+    BaseException: the collector reports it on one line like any failed commit."""
+
+    class PanicException(BaseException):
+        pass
+
+    def panics(*args: Any) -> bool:
+        raise PanicException("Already shut down")
+
+    with Sandbox(now="2026-01-03T00:00:00Z", seed=2) as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(TOKENS, progress=False)
+    tables, _ = tables_of(round_of_fetch(frames, "x", 0, dt.datetime.now(UTC), keep_raw=False))
+    monkeypatch.setattr(_tables, "commit", panics)
+    with pytest.raises(defilens.HistoryError, match=r"snapshot'.*delta-rs failed \(Already shut down; the round waits"):
+        commit_round(root_of(tmp_path / "h"), {"snapshot": tables["snapshot"]}, "x", 0, {})
 
 
 @contextlib.contextmanager

@@ -241,6 +241,11 @@ def commit_round(
             results[name] = future.result()
         except Exception as error:
             first_error = first_error or error
+        except BaseException as error:  # pyo3's PanicException: a panic inside delta-rs
+            first_error = first_error or HistoryError(
+                f"could not commit to {root.table(name)!r}: delta-rs failed ({one_line(error)}; the round waits in the "
+                "spool and the next collect commits it)"
+            )
     if first_error is not None:
         raise first_error
     return results
