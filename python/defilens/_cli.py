@@ -7,10 +7,13 @@ import contextlib
 import datetime as dt
 import math
 import os
+import signal
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, TextIO, Union
 
 import polars as pl
 
@@ -20,7 +23,10 @@ from ._duration import parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versions
+from .history._collect import InterruptedCommit
 from .history._collect import prepare as prepare_root
+from .history._liveness import check_collector_id
+from .history._tables import COMMIT_THREADS, one_line
 from .research import audit
 from .testing import Sandbox
 
@@ -137,6 +143,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also keep each round's response bodies in a raw table, for defilens.reparse and Sandbox.replay",
     )
     coll.add_argument("--compact", action="store_true", help="run `defilens compact` every hour as it goes")
+    coll.add_argument(
+        "--collector-id",
+        metavar="ID",
+        help="the collector's name in every table's log (letters, digits, '.', '_', '-'; default: a new random id "
+        "a run); a stable id lets a restarted collector go on with its round numbers, and a second collector "
+        "with a running one's id is refused",
+    )
     coll.add_argument(
         "--audit", action="store_true", help="print the history's audit summary each time a day (UTC) closes"
     )
@@ -484,6 +497,8 @@ def _fetch(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     # Fail on a bad interval or root before starting a Sandbox or sending anything.
     parse_every(args.every)
+    if args.collector_id is not None:
+        check_collector_id(args.collector_id)
     options = _storage_options(args)
     prepare_root(args.out, options)
     rounds_done = 0
@@ -520,7 +535,23 @@ def _collect(args: argparse.Namespace) -> int:
                 raw=args.raw,
                 compact=args.compact,
                 storage_options=options,
+                collector_id=args.collector_id,
             )
+        except InterruptedCommit:
+            # Ctrl-C twice: the calls into delta-rs and obstore under way are left unfinished (as by a kill -9,
+            # which the spool is made for); Python would wait for them at exit, and a thread inside Rust must not
+            # run into the interpreter's finalization. More Ctrl-Cs change nothing now.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            print(
+                f"stopped during a commit after {rounds_done} rounds (the next collect finishes what the spool holds of "
+                f"it); history in {args.out}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if any(thread.name.startswith(COMMIT_THREADS) and thread.is_alive() for thread in threading.enumerate()):
+                sys.stdout.flush()
+                os._exit(EXIT_INTERRUPTED)  # Python would wait for delta-rs to finish them
+            return EXIT_INTERRUPTED
         except KeyboardInterrupt:
             print(f"stopped after {rounds_done} rounds; history in {args.out}", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -629,19 +660,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "versions": _versions,
         "sandbox": _sandbox,
     }[args.command]
-    try:
-        return handler(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except (DefiLensError, ValueError, TypeError, OSError, ImportError) as error:
-        print(f"defilens: error: {_one_line(error)}", file=sys.stderr)
-        return EXIT_FAILURE
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return handler(args)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except (DefiLensError, ValueError, TypeError, OSError, ImportError) as error:
+            print(f"defilens: error: {_one_line(error)}", file=sys.stderr)
+            return EXIT_FAILURE
+
+
+def _show_warning(
+    message: "Warning | str",
+    category: "type[Warning]",
+    filename: str,
+    lineno: int,
+    file: "Optional[TextIO]" = None,
+    line: Optional[str] = None,
+) -> None:
+    """A warning on the command line: one line, without the source line Python would print."""
+    text = one_line(message, limit=None) if isinstance(message, BaseException) else " ".join(str(message).split())
+    print(f"defilens: warning: {text}", file=sys.stderr, flush=True)
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text or type(error).__name__
+    return one_line(error, limit=None)
 
 
 __all__: List[str] = ["main", "summary", "failures"]

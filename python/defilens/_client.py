@@ -289,6 +289,7 @@ class Client(_BaseClient):
         raw: bool = False,
         compact: bool = False,
         storage_options: Optional[Mapping[str, Any]] = None,
+        collector_id: Optional[str] = None,
     ) -> int:
         """Polls ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) into a history of
         Delta tables at ``out``: `defilens.collect` with this client (read it with
@@ -302,7 +303,8 @@ class Client(_BaseClient):
         ``compact=True`` runs `defilens.compact` as it goes. ``out`` may be an object storage URL
         (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
         permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
-        which every request failed raise the last error.
+        which every request failed raise the last error. ``collector_id`` names the collector
+        (default: a new random id a run; a running collector's id is refused).
         """
         from .history import DEFAULT_MAX_FAILED_ROUNDS, collect
 
@@ -319,6 +321,7 @@ class Client(_BaseClient):
             raw=raw,
             compact=compact,
             storage_options=storage_options,
+            collector_id=collector_id,
         )
 
     def __enter__(self) -> "Client":

@@ -18,6 +18,7 @@ __all__ = [
     "is_loopback",
     "read_cache_folder",
     "__version__",
+    "BoundClock",
     "Engine",
     "FetchJob",
     "RawBodies",
@@ -76,6 +77,7 @@ class BoundClock:
 
     def now_ms(self) -> int: ...
 
+@final
 class Engine:
     """The Rust side of `Client` / `AsyncClient`; settings arrive resolved."""
 

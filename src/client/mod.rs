@@ -12,7 +12,6 @@ pub mod retry;
 pub mod url;
 
 pub use backoff_gauge::BackoffGauge;
-pub use clock::{Clock, SharedClock};
 pub use config::{ClientConfig, Settings};
 pub use http_client::{Exchange, HttpClient};
 pub use url::validate_token_id;

@@ -12,7 +12,8 @@ use pyo3_polars::PyDataFrame;
 use super::arguments::{integer, number, optional, type_name};
 use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
-use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings, SharedClock};
+use crate::client::clock::SharedClock;
+use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
 use crate::frames::ListingFrames;
 use crate::model::Endpoint;
 

@@ -9,8 +9,8 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3_polars::PyDataFrame;
 
 use super::arguments::{duration_seconds, integer, number};
+use crate::client::clock::SharedClock;
 use crate::client::config::int_in;
-use crate::client::SharedClock;
 use crate::model::timestamp::parse_timestamp_ms;
 use crate::model::{Endpoint, INTERVALS};
 use crate::sandbox::candles_frame::candles_frame;

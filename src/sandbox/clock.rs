@@ -101,7 +101,7 @@ impl Clock {
 }
 
 /// A client bound to a Sandbox reads the Sandbox's time.
-impl crate::client::Clock for Clock {
+impl crate::client::clock::Clock for Clock {
     fn now_ms(&self) -> i64 {
         Clock::now_ms(self)
     }

@@ -216,7 +216,7 @@ impl Sandbox {
     }
 
     /// The Sandbox's clock, for a client that stamps its responses on the Sandbox's time.
-    pub fn clock(&self) -> std::sync::Arc<dyn crate::client::Clock> {
+    pub fn clock(&self) -> std::sync::Arc<dyn crate::client::clock::Clock> {
         self.shared.clock.clone()
     }
 

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import signal
+import sys
+import threading
 import time
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from ._layout import check_writable_layout, ready
+from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._spool import Spool
-from ._tables import commit_round
+from ._tables import COMMIT_THREADS, TABLES, commit_round, load
 
 if TYPE_CHECKING:
     from .._client import Client
     from .._frames import Frames
+
+T = TypeVar("T")
 
 #: Rounds in a row in which every request failed before `collect` gives up (with the last error).
 DEFAULT_MAX_FAILED_ROUNDS = 3
@@ -32,9 +41,83 @@ STOP_AT_ONCE = ("auth", "forbidden")
 
 
 def new_collector_id() -> str:
-    """A collector's app id in every table's log: unique per run, so two collectors (or a
-    restarted one) never take each other's rounds for their own."""
+    """A collector's app id in every table's log, unless the caller names it: unique per run, so
+    two collectors (or a restarted one) never take each other's rounds for their own."""
     return f"defilens-{uuid.uuid4().hex[:16]}"
+
+
+class InterruptedCommit(KeyboardInterrupt):
+    """A second Ctrl-C while a round was being committed: the collector stopped at once, and the
+    round waits in the spool for the next collect."""
+
+
+@contextlib.contextmanager
+def finishing_commit() -> Iterator[List[bool]]:
+    """Holds a Ctrl-C that arrives while a round is committed until the round is in every table:
+    the list it gives is then true, and the caller stops after the round. A second Ctrl-C stops
+    at once (`InterruptedCommit`). Only in the main thread, and only where Ctrl-C would raise
+    KeyboardInterrupt anyway (a caller's own SIGINT handler is left alone)."""
+    interrupted: List[bool] = []
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield interrupted
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        if interrupted:
+            raise InterruptedCommit()
+        interrupted.append(True)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def in_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a thread of its own, waited for in slices: a call into obstore or
+    delta-rs does not return to Python until it is done (a store that does not answer: minutes),
+    and a Ctrl-C is seen only when the main thread runs Python."""
+    future: "Future[T]" = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=f"{COMMIT_THREADS}-spool", daemon=True).start()
+    while not wait([future], timeout=_waiting.SLICE_SECONDS).done:
+        pass
+    return future.result()
+
+
+def _stacklevel_outside() -> int:
+    """The stack level of the first caller outside defilens, for a warning that points at the
+    user's line (3.12's ``skip_file_prefixes``, by hand)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def next_round(root: Root, app_id: str) -> int:
+    """The number of the next round of collector ``app_id``: one past the last any table records
+    (a collector restarted with a stable id goes on, instead of being skipped as done)."""
+
+    def last_in(name: str) -> int:
+        table = load(root, name)
+        done = table.transaction_version(app_id) if table is not None else None
+        return -1 if done is None else done
+
+    # The tables side by side: each load waits mostly on storage.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return max(pool.map(last_in, TABLES)) + 1
 
 
 def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
@@ -42,17 +125,23 @@ def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
     then takes it out of the spool."""
     tables, _ = tables_of(round_)
     commit_round(root, tables, round_.app_id, round_.number, round_.metadata, ready=ready)
-    spool.drop(path)
+    in_thread(spool.drop, path)
 
 
-def recover(root: Root, spool: Optional[Spool] = None) -> int:
-    """Commits every round an interrupted collector left in the spool to the tables it is missing
-    from; returns how many rounds were finished."""
+def recover(root: Root, spool: Optional[Spool] = None, running: Optional[Running] = None) -> int:
+    """Commits every round a stopped collector left in the spool to the tables it is missing
+    from; returns how many rounds were finished. With ``running`` (the starting collector's hold
+    on its id), the rounds of collectors that still run are left to them."""
     spool = spool or Spool(root)
     finished = 0
     for path, round_ in spool.pending():
-        commit(root, spool, round_, path)
+        if running is not None and running.is_live(round_.app_id):
+            continue
+        with finishing_commit() as interrupted:
+            commit(root, spool, round_, path)
         finished += 1
+        if interrupted:
+            raise KeyboardInterrupt
     return finished
 
 
@@ -95,7 +184,9 @@ class _Schedule:
     def _simulated(self) -> dt.datetime:
         assert isinstance(self.origin, dt.datetime) and self.sandbox is not None
         now = self.client.now()
-        if self.last_start is not None and now != self.last_start and self.sandbox.speed == 0:
+        if self.last_start is None:
+            self.origin = now  # the grid starts with the first round
+        elif now != self.last_start and self.sandbox.speed == 0:
             # Moved by somebody else since the last round: that move is the schedule.
             self.origin, self.tick = now, 0
         step = dt.timedelta(seconds=self.every)
@@ -147,6 +238,7 @@ def collect(
     raw: bool = False,
     compact: bool = False,
     storage_options: Optional[Mapping[str, Any]] = None,
+    collector_id: Optional[str] = None,
 ) -> int:
     """Fetches ``token_ids`` every ``every`` and commits each round to the history at ``out``:
     one Delta table a frame (``out/<frame>/``, partitioned by ``date``), read with
@@ -165,6 +257,12 @@ def collect(
     ``compact`` runs `defilens.compact` every hour as it goes. ``out`` may be an object storage URL
     (``s3://bucket/prefix``) with polars-style ``storage_options``.
 
+    ``collector_id`` names the collector in every table's log (default: a new random id a run);
+    a stable id lets a restarted collector go on with its round numbers. Two running collectors
+    never share an id: the second is refused with `HistoryError`. A Ctrl-C while a round is
+    committed stops the collector once the round is in every table (a second one stops at once,
+    leaving the round to the next collect).
+
     Fails loudly: an authentication or permission failure raises at once, and
     ``max_failed_rounds`` rounds in a row in which every request failed raise the last error.
     Failures of single tokens never stop it. Needs the history extra (``pip install deltalake obstore``).
@@ -177,16 +275,54 @@ def collect(
     ids = list(token_ids)
     if not ids:
         raise ValueError("collect needs at least one token id")
+    app_id = new_collector_id() if collector_id is None else check_collector_id(collector_id)
     root = prepare(out, storage_options)
+    with collector_running(root, app_id) as running:
+        return _collect_rounds(
+            client,
+            ids,
+            interval,
+            root,
+            running,
+            count=count,
+            markets=markets,
+            on_round=on_round,
+            progress=progress,
+            max_failed_rounds=max_failed_rounds,
+            raw=raw,
+            compact=compact,
+            storage_options=storage_options,
+            first=0 if collector_id is None else None,
+        )
+
+
+def _collect_rounds(
+    client: "Client",
+    ids: List[str],
+    interval: float,
+    root: Root,
+    running: Running,
+    *,
+    count: Optional[int],
+    markets: bool,
+    on_round: Optional[Callable[[int, "Frames"], None]],
+    progress: Optional[bool],
+    max_failed_rounds: int,
+    raw: bool,
+    compact: bool,
+    storage_options: Optional[Mapping[str, Any]],
+    first: Optional[int],
+) -> int:
+    app_id = running.app_id
     spool = Spool(root)
-    finished = recover(root, spool)
+    finished = recover(root, spool, running)
     if finished:
         warnings.warn(
-            f"finished {finished} round(s) that an interrupted collect had fetched but not committed to every table",
+            f"finished {finished} round(s) that a stopped collector had fetched but not committed to every table",
             DefiLensWarning,
-            stacklevel=2,
+            stacklevel=_stacklevel_outside(),
         )
-    app_id = new_collector_id()
+    number = next_round(root, app_id) if first is None else first
     schedule = _Schedule(client, interval)
     rounds = 0
     failed_in_a_row = 0
@@ -197,10 +333,18 @@ def collect(
             # A round in which everything failed is handled below, not warned about each time.
             warnings.simplefilter("ignore", DefiLensWarning)
             frames = client.fetch(ids, markets=markets, progress=progress)
-        round_ = round_of_fetch(frames, app_id, rounds, started, keep_raw=raw)
-        path = spool.put(round_)
-        commit(root, spool, round_, path)
+        round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
+        in_thread(running.check)  # may renew its lease: a call into obstore
+        with finishing_commit() as interrupted:
+            path = in_thread(spool.put, round_)
+            commit(root, spool, round_, path)
         rounds += 1
+        number += 1
+        if interrupted:
+            # Ctrl-C during the commit: the round is in every table; stop after reporting it.
+            if on_round is not None:
+                on_round(rounds, frames)
+            raise KeyboardInterrupt
         if compact and (last_compacted is None or time.monotonic() - last_compacted >= COMPACT_EVERY.total_seconds()):
             from ._compact import compact as compact_history
             from ._lock import Busy

@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 import json
 import random
+import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -22,6 +23,7 @@ from .. import _waiting
 from .._core import FRAME_NAMES, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, INTERVAL
+from ._panics import quiet_panics
 from ._root import Root, require
 
 if TYPE_CHECKING:
@@ -74,6 +76,9 @@ def marker(name: str) -> str:
 #: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
 COMMIT_ATTEMPTS = 8
 COMMIT_BACKOFF = (0.05, 2.0)
+#: The names of the threads that commit a round (the command line waits for none of them after
+#: a second Ctrl-C).
+COMMIT_THREADS = "defilens-commit"
 
 
 def frame_schema(name: str) -> Dict[str, pl.DataType]:
@@ -125,10 +130,19 @@ def load(root: Root, name: str, version: Optional[int] = None) -> "Optional[Delt
     return table
 
 
-def one_line(error: BaseException) -> str:
+#: Terminal escapes (colours, styles) that object_store's messages may carry.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def one_line(error: BaseException, limit: Optional[int] = 400) -> str:
+    """An error's message on one line, without terminal escapes."""
     # obstore appends a Debug dump of the error after the message: the message is enough.
-    text = " ".join(str(error).split("Debug source:", 1)[0].split())
-    return text[:400] if text else type(error).__name__
+    text = _ESCAPES.sub("", str(error)).split("Debug source:", 1)[0]
+    # Its error chain comes as "outer ↳ inner" (the arrow coloured): as a sentence, "outer: inner".
+    text = " ".join(re.sub(r"\s*↳\s*", ": ", text).split())
+    if not text:
+        return type(error).__name__
+    return text[:limit] if limit else text
 
 
 def _types(schema: Any) -> Dict[str, Any]:
@@ -308,6 +322,13 @@ def loaded_and_ours(root: Root, name: str) -> "Optional[DeltaTable]":
     return table
 
 
+def _wait_all(futures: "Iterable[Future[Any]]") -> None:
+    """Waits in slices, so that a Ctrl-C another thread received is seen within one."""
+    pending = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=_waiting.SLICE_SECONDS)
+
+
 def commit_round(
     root: Root,
     tables: Mapping[str, pl.DataFrame],
@@ -325,19 +346,34 @@ def commit_round(
     work = {name: frame for name, frame in tables.items() if frame.height}
     if not work:
         return {}
-    with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
-        loaded = dict(zip(work, pool.map(lambda name: ready(root, name), work), strict=True))
-        futures = {
-            name: pool.submit(commit, root, name, frame, app_id, version, metadata, loaded[name])
-            for name, frame in work.items()
-        }
-        results: Dict[str, bool] = {}
-        first_error: Optional[BaseException] = None
-        for name, future in futures.items():
-            try:
-                results[name] = future.result()
-            except BaseException as error:
-                first_error = first_error or error
+    pool = ThreadPoolExecutor(max_workers=min(4, len(work)), thread_name_prefix=COMMIT_THREADS)
+    try:
+        with quiet_panics():
+            checks = {name: pool.submit(ready, root, name) for name in work}
+            _wait_all(checks.values())
+            loaded = {name: future.result() for name, future in checks.items()}  # the first refusal, if any
+            futures = {
+                name: pool.submit(commit, root, name, frame, app_id, version, metadata, loaded[name])
+                for name, frame in work.items()
+            }
+            _wait_all(futures.values())
+    except BaseException:
+        # Interrupted or refused: commits under way cannot be stopped inside delta-rs; queued ones are dropped.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    results: Dict[str, bool] = {}
+    first_error: Optional[BaseException] = None
+    for name, future in futures.items():
+        try:
+            results[name] = future.result()
+        except Exception as error:
+            first_error = first_error or error
+        except BaseException as error:  # pyo3's PanicException: a panic inside delta-rs
+            first_error = first_error or HistoryError(
+                f"could not commit to {root.table(name)!r}: delta-rs failed ({one_line(error)}; the round waits in the "
+                "spool and the next collect commits it)"
+            )
     if first_error is not None:
         raise first_error
     return results
