@@ -31,6 +31,11 @@ DEFAULT_TARGET_SIZE = 128 << 20
 #: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
 SORTED = "_defilens/sorted"
 
+
+def _before_commit(step: str, table: str) -> None:
+    """Called right before each commit of a compaction: tests stall a compaction here."""
+
+
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*", re.IGNORECASE)
 
 
@@ -152,6 +157,7 @@ def _compact(
             continue
         try:
             report["files_before"] += len(table.file_uris())
+            _before_commit("optimize", name)
             metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
             report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
             report["files_added"] += int(metrics.get("numFilesAdded", 0))
