@@ -10,17 +10,19 @@ import glob
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pyarrow as pa
 import pytest
 from history_checks import assert_whole_rounds
-from test_object_storage import _client, bucket, s3  # noqa: F401  (fixtures: a moto server on loopback)
+from test_object_storage import _client, _free_port
 
 import defilens
 from defilens.history import TABLES, _compact, _lock
@@ -50,7 +52,6 @@ def _rows(root: str, options: Options = None) -> Dict[str, int]:
 
 def _operations(root: str, name: str, options: Options = None) -> List[str]:
     from deltalake import DeltaTable
-
     from deltalake.exceptions import TableNotFoundError
 
     try:
@@ -58,6 +59,40 @@ def _operations(root: str, name: str, options: Options = None) -> List[str]:
     except TableNotFoundError:
         return []
     return [entry.get("operation", "") for entry in table.history()]
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[Dict[str, str]]:
+    """An S3 server on loopback (moto, in its own process, as tests/test_object_storage.py runs it)."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield {
+        "aws_endpoint_url": f"http://127.0.0.1:{port}",
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+        "aws_region": "us-east-1",
+        "aws_allow_http": "true",
+    }
+    server.terminate()
+    server.wait()
+
+
+@pytest.fixture
+def bucket_url(moto: Dict[str, str]) -> str:
+    name = f"compaction-{uuid.uuid4().hex[:12]}"
+    _client(moto).create_bucket(Bucket=name)
+    return f"s3://{name}"
 
 
 class Pause:
@@ -221,18 +256,18 @@ def _compact_when_free(root: str, options: Options, within: float = 90.0) -> "tu
 
 
 def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_successor(
-    bucket: str, s3: Dict[str, str], monkeypatch
+    bucket_url: str, moto: Dict[str, str], monkeypatch
 ) -> None:
     """F1 with a real stop: a compaction is SIGSTOPped between its checks and its commit (its
     renewals stop too), a successor takes the lease over once it expired by the store's clock and
     compacts, then the first one resumes: its commit is refused, the rows stay once."""
-    root = f"{bucket}/stopped"
-    _collect(root, 3, s3)
-    before = _rows(root, s3)
+    root = f"{bucket_url}/stopped"
+    _collect(root, 3, moto)
+    before = _rows(root, moto)
     lease = 4.0
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=lease))
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, root, json.dumps(s3), str(lease)],
+        [sys.executable, "-c", CHILD, root, json.dumps(moto), str(lease)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -244,7 +279,7 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
         while not _stopped(child.pid):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        report, refused = _compact_when_free(root, s3)
+        report, refused = _compact_when_free(root, moto)
         assert refused >= 1, "the stopped compaction's lease was taken over before it expired"
         assert report["files_removed"] > 0
     finally:
@@ -252,44 +287,44 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
         out, err = child.communicate(timeout=120)
     assert child.returncode == 1, (out, err)
     assert "took over" in out and "run it again" in out, out
-    assert _rows(root, s3) == before
-    assert assert_whole_rounds(root, s3) == 9
+    assert _rows(root, moto) == before
+    assert assert_whole_rounds(root, moto) == 9
 
 
 def test_a_takeover_while_the_holder_still_runs_cannot_double_rows_on_s3(
-    bucket: str, s3: Dict[str, str], monkeypatch
+    bucket_url: str, moto: Dict[str, str], monkeypatch
 ) -> None:
     """F1 with a fake clock: a successor whose idea of the time is 11 minutes ahead takes a live
     lease over while the holder stalls right before its commit; the holder's commit is refused."""
-    root = f"{bucket}/fake-clock"
-    _collect(root, 3, s3)
-    before = _rows(root, s3)
+    root = f"{bucket_url}/fake-clock"
+    _collect(root, 3, moto)
+    before = _rows(root, moto)
     pause = Pause()
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
     assert pause.reached.wait(120)
     real = _lock._store_now
     monkeypatch.setattr(_lock, "_store_now", lambda store: real(store) + dt.timedelta(minutes=11))
-    report = defilens.compact(root, storage_options=s3, sort=False)
+    report = defilens.compact(root, storage_options=moto, sort=False)
     assert report["files_removed"] > 0
     pause.release()
     thread.join(120)
     assert isinstance(outcome[0], defilens.HistoryError), outcome
     assert "took over" in str(outcome[0]), outcome
-    assert _rows(root, s3) == before
-    assert assert_whole_rounds(root, s3) == 9
+    assert _rows(root, moto) == before
+    assert assert_whole_rounds(root, moto) == 9
 
 
-def _lease_key(bucket: str, prefix: str) -> "tuple[str, str]":
-    return bucket[len("s3://") :], f"{prefix}/{_lock.LOCK}"
+def _lease_key(url: str, prefix: str) -> "tuple[str, str]":
+    return url[len("s3://") :], f"{prefix}/{_lock.LOCK}"
 
 
 def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
-    bucket: str, s3: Dict[str, str], monkeypatch
+    bucket_url: str, moto: Dict[str, str], monkeypatch
 ) -> None:
-    root = f"{bucket}/lost"
-    _collect(root, 3, s3)
-    before = _rows(root, s3)
+    root = f"{bucket_url}/lost"
+    _collect(root, 3, moto)
+    before = _rows(root, moto)
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
     failing = threading.Event()
     real_put = _lock._put
@@ -302,7 +337,7 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     monkeypatch.setattr(_lock, "_put", put)
     pause = Pause("fence", "snapshot")
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
     assert pause.reached.wait(120)
     failing.set()
     time.sleep(2.5)  # a renewal is due every second
@@ -310,25 +345,25 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     thread.join(120)
     assert isinstance(outcome[0], _lock.LeaseLost), outcome
     assert "renew" in str(outcome[0]) and "run it again" in str(outcome[0])
-    assert all("OPTIMIZE" not in _operations(root, name, s3) for name in TABLES if name != "drift")
-    assert _rows(root, s3) == before
+    assert all("OPTIMIZE" not in _operations(root, name, moto) for name in TABLES if name != "drift")
+    assert _rows(root, moto) == before
 
 
 def test_a_lease_taken_by_someone_else_stops_the_holder_before_its_next_commit(
-    bucket: str, s3: Dict[str, str], monkeypatch
+    bucket_url: str, moto: Dict[str, str], monkeypatch
 ) -> None:
-    root = f"{bucket}/overwritten"
-    _collect(root, 3, s3)
+    root = f"{bucket_url}/overwritten"
+    _collect(root, 3, moto)
     pause = Pause("fence", "snapshot")
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
     assert pause.reached.wait(120)
-    name, key = _lease_key(bucket, "overwritten")
-    _client(s3).put_object(Bucket=name, Key=key, Body=json.dumps({"holder": "someone-else", "epoch": 99}))
+    name, key = _lease_key(bucket_url, "overwritten")
+    _client(moto).put_object(Bucket=name, Key=key, Body=json.dumps({"holder": "someone-else", "epoch": 99}))
     pause.release()
     thread.join(120)
     assert isinstance(outcome[0], _lock.LeaseLost), outcome
-    assert all("OPTIMIZE" not in _operations(root, name, s3) for name in ("snapshot", "indicators"))
+    assert all("OPTIMIZE" not in _operations(root, name, moto) for name in ("snapshot", "indicators"))
 
 
 @pytest.mark.parametrize(
@@ -344,34 +379,34 @@ def test_a_lease_taken_by_someone_else_stops_the_holder_before_its_next_commit(
     ids=["empty", "junk", "not-an-object", "no-expires", "naive-expires", "long-expired-by-a-clock-ahead"],
 )
 def test_any_lease_object_is_live_until_the_store_says_it_expired(
-    bucket: str, s3: Dict[str, str], monkeypatch, body: bytes
+    bucket_url: str, moto: Dict[str, str], monkeypatch, body: bytes
 ) -> None:
     """Whatever a lease object holds, it expires by its own last-modified time in the store plus the
     lease length, judged by the store's clock: never a Python error, never blocked forever, never
     taken over early because of what it says (a successor whose clock is ahead used to)."""
-    root = f"{bucket}/leased"
-    _collect(root, 2, s3)
+    root = f"{bucket_url}/leased"
+    _collect(root, 2, moto)
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
-    name, key = _lease_key(bucket, "leased")
-    _client(s3).put_object(Bucket=name, Key=key, Body=body)
+    name, key = _lease_key(bucket_url, "leased")
+    _client(moto).put_object(Bucket=name, Key=key, Body=body)
     with pytest.raises(_lock.Busy, match="another compaction"):
-        defilens.compact(root, storage_options=s3, sort=False)
-    report, refused = _compact_when_free(root, s3, within=60)
+        defilens.compact(root, storage_options=moto, sort=False)
+    report, refused = _compact_when_free(root, moto, within=60)
     assert report["files_removed"] > 0 and refused >= 0
-    lease = json.loads(_client(s3).get_object(Bucket=name, Key=key)["Body"].read())
+    lease = json.loads(_client(moto).get_object(Bucket=name, Key=key)["Body"].read())
     assert lease.get("released") is True and lease.get("epoch", 0) >= 1
 
 
-def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket: str, s3: Dict[str, str]) -> None:
-    root = f"{bucket}/again"
-    _collect(root, 3, s3)
-    first = defilens.compact(root, storage_options=s3, sort=False)
-    second = defilens.compact(root, storage_options=s3, sort=False)
+def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket_url: str, moto: Dict[str, str]) -> None:
+    root = f"{bucket_url}/again"
+    _collect(root, 3, moto)
+    first = defilens.compact(root, storage_options=moto, sort=False)
+    second = defilens.compact(root, storage_options=moto, sort=False)
     assert first["files_removed"] > 0 and second["files_removed"] == 0
-    name, key = _lease_key(bucket, "again")
-    lease = json.loads(_client(s3).get_object(Bucket=name, Key=key)["Body"].read())
+    name, key = _lease_key(bucket_url, "again")
+    lease = json.loads(_client(moto).get_object(Bucket=name, Key=key)["Body"].read())
     assert lease["released"] is True and lease["epoch"] == 2
-    assert assert_whole_rounds(root, s3) == 9
+    assert assert_whole_rounds(root, moto) == 9
 
 
 # --- F5: log cleanup beside collectors and readers ---------------------------------------------------
