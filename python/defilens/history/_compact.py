@@ -6,6 +6,7 @@ landed meanwhile; vacuum only deletes files no version within the retention refe
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 from typing import Any, Dict, Mapping, Optional, Union
@@ -13,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 from .._duration import parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
-from ._lock import compaction_lock
+from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
 from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, load, one_line
 
@@ -30,6 +31,8 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 DEFAULT_TARGET_SIZE = 128 << 20
 #: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
 SORTED = "_defilens/sorted"
+#: How often a compaction tries its fence on a table while collectors' appends keep landing first.
+FENCE_ATTEMPTS = 5
 
 
 def _before_commit(step: str, table: str) -> None:
@@ -125,13 +128,69 @@ def compact(
         from ._layout import convert_hint
 
         raise HistoryError(convert_hint(root))
-    with compaction_lock(root):
-        return _compact(root, found, retention_span, sort, budget, target, now)
+    with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
+        return _compact(root, found, lease, retention_span, sort, budget, target, now)
+
+
+def _highest_fence(root: Root, found: Dict[str, State]) -> int:
+    """The highest epoch any table's fence records: where a new lock's epochs start."""
+    highest = 0
+    for name in TABLES:
+        table = load(root, name) if found[name] is State.DELTA else None
+        if table is not None:
+            highest = max(highest, fence_epoch(table.metadata().configuration.get(FENCE)) or 0)
+    return highest
+
+
+def _checked(root: Root, name: str, lease: Lease, fenced: bool = True) -> Any:
+    """The table, loaded now, once the lease is checked and the table's fence shows that no other
+    compaction started on it since this one's fence (``fenced``), or that none later than this one
+    did (before this one's fence). The commit that follows is made from this very snapshot, so a
+    fence that lands after it makes the engine refuse that commit."""
+    lease.check()
+    table = load(root, name)
+    if table is None:
+        raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction")
+    fence = table.metadata().configuration.get(FENCE)
+    if (fence != lease.token) if fenced else ((fence_epoch(fence) or 0) > lease.epoch):
+        raise took_over(root)
+    return table
+
+
+def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> HistoryError:
+    """What a commit of this compaction refused by the engine means: another compaction's fence
+    (this one stalled past its lease), or another writer."""
+    table = load(root, name)
+    if table is not None and table.metadata().configuration.get(FENCE) != lease.token:
+        return took_over(root)
+    return HistoryError(
+        f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was lost: "
+        "run it again"
+    )
+
+
+def _fence(root: Root, name: str, lease: Lease, retention: dt.timedelta) -> None:
+    """This compaction's first commit to a table: its token in the table's `FENCE` property (and
+    the log retention time travel needs), a metadata change that makes the engine refuse every
+    commit of an earlier compaction planned before it. A collector's append that lands first
+    only makes it try again."""
+    deltalake = require("deltalake")
+    for attempt in range(FENCE_ATTEMPTS):
+        table = _checked(root, name, lease, fenced=False)
+        changes = {FENCE: lease.token, **_log_retention(table, retention)}
+        _before_commit("fence", name)
+        try:
+            table.alter.set_table_properties(changes, raise_if_not_exists=False)
+            return
+        except deltalake.exceptions.CommitFailedError as error:
+            if attempt == FENCE_ATTEMPTS - 1:
+                raise _conflicted(root, name, lease, error) from None
 
 
 def _compact(
     root: Root,
     found: Dict[str, State],
+    lease: Lease,
     retention_span: dt.timedelta,
     sort: bool,
     budget: int,
@@ -150,49 +209,78 @@ def _compact(
     workers = os.cpu_count() or 1
     hours = retention_span.total_seconds() / 3600
     for name in TABLES:
-        if found[name] is not State.DELTA:
-            continue
-        table = load(root, name)
-        if table is None:
+        if found[name] is not State.DELTA or load(root, name) is None:
             continue
         try:
+            _fence(root, name, lease, retention_span)
+            table = _checked(root, name, lease)
             report["files_before"] += len(table.file_uris())
             _before_commit("optimize", name)
-            metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
+            try:
+                metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
+            except deltalake.exceptions.CommitFailedError as error:
+                raise _conflicted(root, name, lease, error) from None
             report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
             report["files_added"] += int(metrics.get("numFilesAdded", 0))
             if sort:
-                report["days_sorted"] += _sort_closed_days(root, name, now, budget, workers)
-            table = load(root, name)
-            assert table is not None
-            _keep_log_for(table, retention_span)
+                report["days_sorted"] += _sort_closed_days(root, name, lease, now, budget, workers)
+            table = _checked(root, name, lease)
+            _before_commit("checkpoint", name)
+            previous = _last_checkpoint(root, name)
             table.create_checkpoint()
-            table.cleanup_metadata()
+            _clean_log_behind(root, name, previous, lease)
+            lease.check()
+            _before_commit("vacuum", name)
             vacuumed = table.vacuum(retention_hours=max(1, int(hours)), dry_run=False, enforce_retention_duration=False)
             report["files_vacuumed"] += len(vacuumed)
             report["files_after"] += len(load(root, name).file_uris())  # type: ignore[union-attr]
         except deltalake.exceptions.CommitFailedError as error:
-            raise HistoryError(
-                f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was "
-                "lost: run it again"
-            ) from None
+            raise _conflicted(root, name, lease, error) from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
             raise HistoryError(f"could not compact {root.table(name)!r}: {one_line(error)}") from None
     return report
 
 
-def _keep_log_for(table: Any, retention: dt.timedelta) -> None:
-    """Makes log cleanup keep what time travel needs: the table property, set once (a property
-    change is a commit that collectors appending meanwhile retry after)."""
+def _last_checkpoint(root: Root, name: str) -> Optional[int]:
+    """The version of the table's newest checkpoint (its log's ``_last_checkpoint``), or None."""
+    obstore = require("obstore")
+    try:
+        hint = json.loads(bytes(obstore.get(root.store(), f"{name}/_delta_log/_last_checkpoint").bytes()))
+        return int(hint["version"])
+    except Exception:  # none yet, or unreadable: nothing is cleaned this time
+        return None
+
+
+def _clean_log_behind(root: Root, name: str, previous: Optional[int], lease: Lease) -> None:
+    """Log cleanup with a margin: only entries older than the retention and older than the
+    checkpoint that was the newest before this compaction's (``previous``). A collector or reader
+    that started loading the table before this compaction's checkpoint was written is reading
+    that one, or entries after it: neither is removed under it. (delta-rs's own cleanup goes up
+    to the newest checkpoint, and readers of the one before failed to load.)"""
+    if previous is None:
+        return
+    deltalake = require("deltalake")
+    lease.check()
+    _before_commit("cleanup", name)
+    try:
+        behind = deltalake.DeltaTable(root.table(name), version=previous, storage_options=root.options())
+    except (OSError, deltalake.exceptions.DeltaError):
+        return  # that checkpoint is gone already (a collector's own cleanup): cleaned next time
+    behind.cleanup_metadata()
+
+
+def _log_retention(table: Any, retention: dt.timedelta) -> Dict[str, str]:
+    """The table properties that make log cleanup and vacuum keep what time travel needs, where the
+    table's differ."""
     wanted = f"interval {int(retention.total_seconds() // 3600)} hours"
     properties = table.metadata().configuration
-    changes = {
+    if _hours(properties.get("delta.logRetentionDuration")) == retention.total_seconds() // 3600:
+        return {}
+    return {
         key: wanted
         for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
         if properties.get(key) != wanted
     }
-    if changes and _hours(properties.get("delta.logRetentionDuration")) != retention.total_seconds() // 3600:
-        table.alter.set_table_properties(changes, raise_if_not_exists=False)
 
 
 def _hours(interval: Optional[str]) -> Optional[float]:
@@ -202,10 +290,8 @@ def _hours(interval: Optional[str]) -> Optional[float]:
     return int(match.group(1)) * (24 if match.group(2).startswith("day") else 1)
 
 
-def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, workers: int) -> int:
-    table = load(root, name)
-    if table is None:
-        return 0
+def _sort_closed_days(root: Root, name: str, lease: Lease, now: dt.datetime, budget: int, workers: int) -> int:
+    table = _checked(root, name, lease)
     done = _sorted_days(root, name)
     days = sorted(
         {
@@ -219,8 +305,8 @@ def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, work
     deltalake = require("deltalake")
     sorted_now = 0
     for day in days:
-        table = load(root, name)
-        assert table is not None
+        table = _checked(root, name, lease)
+        _before_commit("sort", name)
         try:
             table.optimize.z_order(
                 ["token"],
@@ -228,7 +314,9 @@ def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, work
                 max_spill_size=budget,
                 max_concurrent_tasks=workers,
             )
-        except deltalake.exceptions.CommitFailedError:
+        except deltalake.exceptions.CommitFailedError as error:
+            if isinstance(_conflicted(root, name, lease, error), LeaseLost):
+                raise took_over(root) from None
             continue  # a late round landed in the day meanwhile: sorted on the next run
         _mark_sorted(root, name, day)
         sorted_now += 1
