@@ -264,8 +264,7 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
     root = f"{bucket_url}/stopped"
     _collect(root, 3, moto)
     before = _rows(root, moto)
-    lease = 4.0
-    monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=lease))
+    lease = 4.0  # the stopped one's (a lease object says how long it lasts); the successor's is the default
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, root, json.dumps(moto), str(lease)],
         stdout=subprocess.PIPE,
@@ -366,35 +365,47 @@ def test_a_lease_taken_by_someone_else_stops_the_holder_before_its_next_commit(
     assert all("OPTIMIZE" not in _operations(root, name, moto) for name in ("snapshot", "indicators"))
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"",
-        b"\x00junk{",
-        b"[]",
-        json.dumps({"holder": "old:1"}).encode(),
-        json.dumps({"holder": "naive:1", "expires": "2020-01-01T00:00:00"}).encode(),
-        json.dumps({"holder": "ahead:1", "expires": "2001-01-01T00:00:00+00:00"}).encode(),
-    ],
-    ids=["empty", "junk", "not-an-object", "no-expires", "naive-expires", "long-expired-by-a-clock-ahead"],
-)
-def test_any_lease_object_is_live_until_the_store_says_it_expired(
-    bucket_url: str, moto: Dict[str, str], monkeypatch, body: bytes
-) -> None:
+LEASE_OBJECTS = {
+    "empty": b"",
+    "junk": b"\x00junk{",
+    "not-an-object": b"[]",
+    "no-expires": json.dumps({"holder": "old:1"}).encode(),
+    "naive-expires": json.dumps({"holder": "naive:1", "expires": "2020-01-01T00:00:00"}).encode(),
+    "expired-by-a-clock-ahead": json.dumps({"holder": "ahead:1", "expires": "2001-01-01T00:00:00+00:00"}).encode(),
+    "lasts-a-year": json.dumps({"holder": "greedy:1", "epoch": 7, "seconds": 3e7}).encode(),
+}
+
+
+def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket_url: str, moto: Dict[str, str], monkeypatch):
     """Whatever a lease object holds, it expires by its own last-modified time in the store plus the
-    lease length, judged by the store's clock: never a Python error, never blocked forever, never
-    taken over early because of what it says (a successor whose clock is ahead used to)."""
-    root = f"{bucket_url}/leased"
-    _collect(root, 2, moto)
+    lease length (at most `LEASE`), judged by the store's clock: never a Python error, never
+    blocked forever, never taken over early because of what it says (a successor whose clock was
+    ahead used to)."""
+    from defilens.history._root import root_of
+
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
-    name, key = _lease_key(bucket_url, "leased")
-    _client(moto).put_object(Bucket=name, Key=key, Body=body)
-    with pytest.raises(_lock.Busy, match="another compaction"):
-        defilens.compact(root, storage_options=moto, sort=False)
-    report, refused = _compact_when_free(root, moto, within=60)
-    assert report["files_removed"] > 0 and refused >= 0
-    lease = json.loads(_client(moto).get_object(Bucket=name, Key=key)["Body"].read())
-    assert lease.get("released") is True and lease.get("epoch", 0) >= 1
+    name = bucket_url[len("s3://") :]
+    roots = {case: root_of(f"{bucket_url}/{case}", moto) for case in LEASE_OBJECTS}
+    for case, body in LEASE_OBJECTS.items():
+        _client(moto).put_object(Bucket=name, Key=f"{case}/{_lock.LOCK}", Body=body)
+    for root in roots.values():
+        with pytest.raises(_lock.Busy, match="another compaction"), _lock.compaction_lock(root):
+            pass
+    taken: Dict[str, int] = {}
+    deadline = time.monotonic() + 60
+    while len(taken) < len(roots) and time.monotonic() < deadline:
+        for case, root in roots.items():
+            if case not in taken:
+                try:
+                    with _lock.compaction_lock(root, lambda: 0) as lease:
+                        taken[case] = lease.epoch
+                except _lock.Busy:
+                    pass
+        time.sleep(0.3)
+    assert taken == {case: 8 if case == "lasts-a-year" else 1 for case in LEASE_OBJECTS}
+    for case in LEASE_OBJECTS:
+        lease = json.loads(_client(moto).get_object(Bucket=name, Key=f"{case}/{_lock.LOCK}")["Body"].read())
+        assert lease["released"] is True and lease["epoch"] == taken[case]
 
 
 def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket_url: str, moto: Dict[str, str]) -> None:

@@ -142,17 +142,16 @@ def _highest_fence(root: Root, found: Dict[str, State]) -> int:
     return highest
 
 
-def _checked(root: Root, name: str, lease: Lease, fenced: bool = True) -> Any:
-    """The table, loaded now, once the lease is checked and the table's fence shows that no other
-    compaction started on it since this one's fence (``fenced``), or that none later than this one
-    did (before this one's fence). The commit that follows is made from this very snapshot, so a
-    fence that lands after it makes the engine refuse that commit."""
+def _checked(root: Root, name: str, lease: Lease, table: Any = None) -> Any:
+    """The table (loaded now unless given), once the lease is checked and the table's fence shows
+    this compaction's token: no other compaction started on the table since this one's fence. The
+    commit that follows is made from this very snapshot, so a fence that lands after it makes the
+    engine refuse that commit."""
     lease.check()
-    table = load(root, name)
+    table = table if table is not None else load(root, name)
     if table is None:
-        raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction")
-    fence = table.metadata().configuration.get(FENCE)
-    if (fence != lease.token) if fenced else ((fence_epoch(fence) or 0) > lease.epoch):
+        raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction; run it again")
+    if table.metadata().configuration.get(FENCE) != lease.token:
         raise took_over(root)
     return table
 
@@ -169,22 +168,28 @@ def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> Hi
     )
 
 
-def _fence(root: Root, name: str, lease: Lease, retention: dt.timedelta) -> None:
+def _fence(root: Root, name: str, lease: Lease, retention: dt.timedelta) -> Any:
     """This compaction's first commit to a table: its token in the table's `FENCE` property (and
     the log retention time travel needs), a metadata change that makes the engine refuse every
     commit of an earlier compaction planned before it. A collector's append that lands first
-    only makes it try again."""
+    only makes it try again. Returns the table as of that commit (None: there is no table)."""
     deltalake = require("deltalake")
     for attempt in range(FENCE_ATTEMPTS):
-        table = _checked(root, name, lease, fenced=False)
+        lease.check()
+        table = load(root, name)
+        if table is None:
+            return None
+        if (fence_epoch(table.metadata().configuration.get(FENCE)) or 0) > lease.epoch:
+            raise took_over(root)
         changes = {FENCE: lease.token, **_log_retention(table, retention)}
         _before_commit("fence", name)
         try:
             table.alter.set_table_properties(changes, raise_if_not_exists=False)
-            return
+            return table
         except deltalake.exceptions.CommitFailedError as error:
             if attempt == FENCE_ATTEMPTS - 1:
                 raise _conflicted(root, name, lease, error) from None
+    return None
 
 
 def _compact(
@@ -209,11 +214,13 @@ def _compact(
     workers = os.cpu_count() or 1
     hours = retention_span.total_seconds() / 3600
     for name in TABLES:
-        if found[name] is not State.DELTA or load(root, name) is None:
+        if found[name] is not State.DELTA:
             continue
         try:
-            _fence(root, name, lease, retention_span)
-            table = _checked(root, name, lease)
+            table = _fence(root, name, lease, retention_span)
+            if table is None:
+                continue
+            table = _checked(root, name, lease, table)  # the snapshot of the fence's own commit
             report["files_before"] += len(table.file_uris())
             _before_commit("optimize", name)
             try:
@@ -222,9 +229,10 @@ def _compact(
                 raise _conflicted(root, name, lease, error) from None
             report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
             report["files_added"] += int(metrics.get("numFilesAdded", 0))
-            if sort:
-                report["days_sorted"] += _sort_closed_days(root, name, lease, now, budget, workers)
-            table = _checked(root, name, lease)
+            if sort and _sort_closed_days(root, name, lease, now, budget, workers, report):
+                table = load(root, name)
+            # Checkpoint, log cleanup and vacuum rewrite no rows: no fence needed, the lease still.
+            lease.check()
             _before_commit("checkpoint", name)
             previous = _last_checkpoint(root, name)
             table.create_checkpoint()
@@ -290,7 +298,11 @@ def _hours(interval: Optional[str]) -> Optional[float]:
     return int(match.group(1)) * (24 if match.group(2).startswith("day") else 1)
 
 
-def _sort_closed_days(root: Root, name: str, lease: Lease, now: dt.datetime, budget: int, workers: int) -> int:
+def _sort_closed_days(
+    root: Root, name: str, lease: Lease, now: dt.datetime, budget: int, workers: int, report: Dict[str, int]
+) -> int:
+    """Z-orders the closed days not sorted yet, each from a snapshot checked as `_checked` does;
+    counts them into ``report`` and returns how many."""
     table = _checked(root, name, lease)
     done = _sorted_days(root, name)
     days = sorted(
@@ -320,4 +332,5 @@ def _sort_closed_days(root: Root, name: str, lease: Lease, now: dt.datetime, bud
             continue  # a late round landed in the day meanwhile: sorted on the next run
         _mark_sorted(root, name, day)
         sorted_now += 1
+    report["days_sorted"] += sorted_now
     return sorted_now

@@ -110,6 +110,14 @@ def _parse(body: bytes) -> Dict[str, Any]:
     return lease if isinstance(lease, dict) else {}
 
 
+def _length(lease: Dict[str, Any]) -> float:
+    """How long a lease lasts: what its holder declared when shorter than `LEASE`, else `LEASE`."""
+    seconds = lease.get("seconds")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < LEASE.total_seconds():
+        return float(seconds)
+    return LEASE.total_seconds()
+
+
 def _epoch(lease: Dict[str, Any]) -> Optional[int]:
     epoch = lease.get("epoch")
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None
@@ -200,7 +208,7 @@ class _StoreLease(Lease):
         self.thread = threading.Thread(target=self._renew, daemon=True, name="defilens-lease")
 
     def body(self, released: bool = False) -> bytes:
-        lease: Dict[str, Any] = {"holder": self.holder, "epoch": self.epoch}
+        lease: Dict[str, Any] = {"holder": self.holder, "epoch": self.epoch, "seconds": LEASE.total_seconds()}
         if released:
             lease["released"] = True
         return json.dumps(lease).encode()
@@ -284,9 +292,10 @@ def _take_over(root: Root, store: Any, holder: str, floor: Callable[[], int]) ->
     meta = current.meta
     lease = _parse(bytes(current.bytes()))
     if lease.get("released") is not True:
+        length = _length(lease)
         age = (_store_now(store) - _utc(meta["last_modified"])).total_seconds()
-        if age < LEASE.total_seconds():
-            raise _busy(root, str(lease.get("holder", ""))[:80], LEASE.total_seconds() - age)
+        if age < length:
+            raise _busy(root, str(lease.get("holder", ""))[:80], length - age)
     last = _epoch(lease)
     taken = _StoreLease(root, holder, max(last if last is not None else floor(), 0) + 1, store, None)
     try:
