@@ -477,3 +477,52 @@ def test_log_cleanup_never_removes_what_a_concurrent_reader_or_collector_loads(t
     assert collected == [25] and reads[0] > 0
     assert min(log_entries) < 10, log_entries  # cleanup still removes old entries
     assert assert_whole_rounds(root) == 3 * 3 + 25 * 3
+
+
+def test_a_load_survives_log_cleanup_up_to_the_newest_checkpoint(tmp_path: Path) -> None:
+    """delta-rs's own log cleanup (a collector's, every 100 commits) goes up to the newest
+    checkpoint: a load that read the previous one a moment before finds it gone, and loads again."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from defilens.history._root import root_of
+    from defilens.history._tables import load
+
+    root = root_of(tmp_path / "h")
+    path = root.table("snapshot")
+    settings = {"delta.logRetentionDuration": "interval 1 hours", "delta.checkpointInterval": "1000"}
+    stop = threading.Event()
+    failures: List[str] = []
+    loads = [0]
+
+    def append(value: int) -> None:
+        batch = pa.table({"token": ["a"], "value": [value], "date": ["2026-01-01"]})
+        write_deltalake(path, batch, mode="append", partition_by=["date"], configuration=settings)
+
+    def load_repeatedly() -> None:
+        while not stop.is_set():
+            try:
+                table = load(root, "snapshot")
+                assert table is not None and table.file_uris()
+                loads[0] += 1
+            except Exception as error:
+                failures.append(str(error))
+
+    for value in range(10):
+        append(value)
+    readers = [threading.Thread(target=load_repeatedly) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    try:
+        for value in range(40):
+            append(value)
+            _age_logs(str(tmp_path / "h"))
+            table = DeltaTable(path)
+            table.create_checkpoint()
+            table.cleanup_metadata()
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join(60)
+    assert not failures, failures[:3]
+    assert loads[0] > 0
+    assert len(glob.glob(os.path.join(path, "_delta_log", "*.json"))) < 5

@@ -49,6 +49,9 @@ TABLE_PROPERTIES = {
     "delta.checkpointInterval": "100",
 }
 
+#: How often loading a table is tried when a log file it listed was removed meanwhile.
+LOAD_ATTEMPTS = 4
+
 #: How often one table's commit of a round is tried when it keeps conflicting, and how long the
 #: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
 COMMIT_ATTEMPTS = 8
@@ -87,12 +90,19 @@ def restore(lazy: pl.LazyFrame) -> pl.LazyFrame:
 def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
     """The table ``name`` of ``root`` (at ``version``: a number or a datetime), or None."""
     deltalake = require("deltalake")
-    try:
-        table = deltalake.DeltaTable(root.table(name), storage_options=root.options())
-    except deltalake.exceptions.TableNotFoundError:
-        return None
-    except (OSError, deltalake.exceptions.DeltaError) as error:
-        raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
+    for attempt in range(LOAD_ATTEMPTS):
+        try:
+            table = deltalake.DeltaTable(root.table(name), storage_options=root.options())
+            break
+        except deltalake.exceptions.TableNotFoundError:
+            return None
+        except (OSError, deltalake.exceptions.DeltaError) as error:
+            # A log entry or checkpoint listed a moment ago and removed since by log cleanup (a
+            # collector's own every 100 commits): the table's newer state is there, load that.
+            text = str(error)
+            if attempt + 1 < LOAD_ATTEMPTS and "_delta_log" in text and "not found" in text.lower():
+                continue
+            raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
     if version is not None:
         try:
             table.load_as_version(version)
