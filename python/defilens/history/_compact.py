@@ -278,24 +278,31 @@ def _clean_log_behind(root: Root, name: str, previous: Optional[int], lease: Lea
 
 
 def _log_retention(table: Any, retention: dt.timedelta) -> Dict[str, str]:
-    """The table properties that make log cleanup and vacuum keep what time travel needs, where the
-    table's differ."""
-    wanted = f"interval {int(retention.total_seconds() // 3600)} hours"
+    """The table properties, where the table's differ, that make log cleanup and vacuum keep what
+    time travel needs, and that leave log cleanup to compaction alone: delta-rs's own cleanup
+    after a collector's commit (each 100 commits) would go up to the newest checkpoint, under the
+    feet of collectors and readers still loading the one before."""
+    seconds = int(retention.total_seconds())
+    wanted = f"interval {seconds // 3600} hours" if seconds % 3600 == 0 else f"interval {seconds} seconds"
     properties = table.metadata().configuration
-    if _hours(properties.get("delta.logRetentionDuration")) == retention.total_seconds() // 3600:
-        return {}
-    return {
-        key: wanted
-        for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
-        if properties.get(key) != wanted
-    }
+    changes = {}
+    if _seconds(properties.get("delta.logRetentionDuration")) != seconds:
+        changes = {
+            key: wanted
+            for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
+            if properties.get(key) != wanted
+        }
+    if properties.get("delta.enableExpiredLogCleanup") != "false":
+        changes["delta.enableExpiredLogCleanup"] = "false"
+    return changes
 
 
-def _hours(interval: Optional[str]) -> Optional[float]:
-    match = re.fullmatch(r"interval (\d+) (hours?|days?)", interval or "")
+def _seconds(interval: Optional[str]) -> Optional[int]:
+    match = re.fullmatch(r"interval (\d+) (seconds?|minutes?|hours?|days?|weeks?)", interval or "")
     if not match:
         return None
-    return int(match.group(1)) * (24 if match.group(2).startswith("day") else 1)
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)[0]]
+    return int(match.group(1)) * unit
 
 
 def _sort_closed_days(

@@ -99,8 +99,7 @@ def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
         except (OSError, deltalake.exceptions.DeltaError) as error:
             # A log entry or checkpoint listed a moment ago and removed since by log cleanup (a
             # collector's own every 100 commits): the table's newer state is there, load that.
-            text = str(error)
-            if attempt + 1 < LOAD_ATTEMPTS and "_delta_log" in text and "not found" in text.lower():
+            if attempt + 1 < LOAD_ATTEMPTS and _vanished(error):
                 continue
             raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
     if version is not None:
@@ -112,6 +111,12 @@ def load(root: Root, name: str, version: Any = None) -> "Optional[DeltaTable]":
                 "far as the log and data files kept (a week by default; see defilens.compact's retention)"
             ) from None
     return table
+
+
+def _vanished(error: BaseException) -> bool:
+    """Whether ``error`` says a log entry or checkpoint the snapshot listed is gone (log cleanup)."""
+    text = str(error)
+    return "_delta_log" in text and "not found" in text.lower()
 
 
 def one_line(error: BaseException) -> str:
@@ -168,6 +173,9 @@ def commit(root: Root, name: str, frame: pl.DataFrame, app_id: str, version: int
         except deltalake.exceptions.SchemaMismatchError as error:
             raise HistoryError(f"the round does not fit the table {uri!r}: {one_line(error)}") from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
+            if _vanished(error):
+                last_error = error  # log cleanup removed what this snapshot listed: look again
+                continue
             raise HistoryError(
                 f"could not commit to {uri!r}: {one_line(error)} (the table stays at its last version; the round "
                 "waits in the spool and the next collect commits it)"
