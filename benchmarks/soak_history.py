@@ -178,7 +178,7 @@ def maintenance_soak(
         for thread in threads:
             thread.join()
     elapsed = time.monotonic() - started
-    if any(exit.startswith("overran") for exit in exits):  # finish the rounds the killed ones left
+    if any(text.startswith("overran") for text in exits):  # finish the rounds the killed ones left
         subprocess.run(
             CLI + ["collect", "bitcoin", "--sandbox", "--every", every, "--count", "1", "--raw", "--out", root, *flags],
             capture_output=True,
