@@ -526,3 +526,17 @@ def test_a_load_survives_log_cleanup_up_to_the_newest_checkpoint(tmp_path: Path)
     assert not failures, failures[:3]
     assert loads[0] > 0
     assert len(glob.glob(os.path.join(path, "_delta_log", "*.json"))) < 5
+
+
+def test_a_short_maintenance_soak_stops_no_collector_and_fails_no_read(tmp_path: Path, monkeypatch) -> None:
+    """benchmarks/soak_history.py --maintenance, for seconds: collectors, readers and compactions
+    back to back with log cleanup due (retention scaled to 10 s)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from soak_history import maintenance_soak
+
+    monkeypatch.setattr(_compact, "MIN_RETENTION", _compact.MIN_RETENTION)  # the soak lowers it
+    found = maintenance_soak(str(tmp_path / "soak"), None, seconds=8, collectors=2, readers=1, every="0.5s")
+    assert found["collector exits"] == 0, found["exits"]
+    assert found["failed reads"] == 0 and found["failed compactions"] == 0, found["errors"]
+    assert found["reads"] > 0 and found["compactions"] > 0
+    assert found["rows doubled"] == 0 and found["every round whole and once"] == "yes"
