@@ -111,7 +111,10 @@ def compact(
     rows are never lost or doubled, and an interrupted compaction leaves the tables as they were.
     ``now`` (default: the wall clock) decides which days are closed. One compaction of a history
     runs at a time: a second one raises `HistoryError` at once (two would both rewrite the same
-    files, doubling rows).
+    files, doubling rows), and one that stalled past its lease while another took over commits
+    nothing more (each compaction fences every table with a metadata commit first) and raises
+    `HistoryError` saying to run it again. Log cleanup keeps every entry from the checkpoint that
+    was the newest before this compaction's on, so concurrent loads find what they listed.
     """
     require_history()
     retention_span = _retention(retention)
