@@ -6,6 +6,7 @@ landed meanwhile; vacuum only deletes files no version within the retention refe
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 from typing import Any, Dict, Mapping, Optional, Union
@@ -13,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 from .._duration import parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
-from ._lock import compaction_lock
+from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
 from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, load, one_line
 
@@ -30,6 +31,13 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 DEFAULT_TARGET_SIZE = 128 << 20
 #: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
 SORTED = "_defilens/sorted"
+#: How often a compaction tries its fence on a table while collectors' appends keep landing first.
+FENCE_ATTEMPTS = 5
+
+
+def _before_commit(step: str, table: str) -> None:
+    """Called right before each commit of a compaction: tests stall a compaction here."""
+
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*", re.IGNORECASE)
 
@@ -103,7 +111,10 @@ def compact(
     rows are never lost or doubled, and an interrupted compaction leaves the tables as they were.
     ``now`` (default: the wall clock) decides which days are closed. One compaction of a history
     runs at a time: a second one raises `HistoryError` at once (two would both rewrite the same
-    files, doubling rows).
+    files, doubling rows), and one that stalled past its lease while another took over commits
+    nothing more (each compaction fences every table with a metadata commit first) and raises
+    `HistoryError` saying to run it again. Log cleanup keeps every entry from the checkpoint that
+    was the newest before this compaction's on, so concurrent loads find what they listed.
     """
     require_history()
     retention_span = _retention(retention)
@@ -120,13 +131,74 @@ def compact(
         from ._layout import convert_hint
 
         raise HistoryError(convert_hint(root))
-    with compaction_lock(root):
-        return _compact(root, found, retention_span, sort, budget, target, now)
+    with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
+        return _compact(root, found, lease, retention_span, sort, budget, target, now)
+
+
+def _highest_fence(root: Root, found: Dict[str, State]) -> int:
+    """The highest epoch any table's fence records: where a new lock's epochs start."""
+    highest = 0
+    for name in TABLES:
+        table = load(root, name) if found[name] is State.DELTA else None
+        if table is not None:
+            highest = max(highest, fence_epoch(table.metadata().configuration.get(FENCE)) or 0)
+    return highest
+
+
+def _checked(root: Root, name: str, lease: Lease, table: Any = None) -> Any:
+    """The table (loaded now unless given), once the lease is checked and the table's fence shows
+    this compaction's token: no other compaction started on the table since this one's fence. The
+    commit that follows is made from this very snapshot, so a fence that lands after it makes the
+    engine refuse that commit."""
+    lease.check()
+    table = table if table is not None else load(root, name)
+    if table is None:
+        raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction; run it again")
+    if table.metadata().configuration.get(FENCE) != lease.token:
+        raise took_over(root)
+    return table
+
+
+def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> HistoryError:
+    """What a commit of this compaction refused by the engine means: another compaction's fence
+    (this one stalled past its lease), or another writer."""
+    table = load(root, name)
+    if table is not None and table.metadata().configuration.get(FENCE) != lease.token:
+        return took_over(root)
+    return HistoryError(
+        f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was lost: "
+        "run it again"
+    )
+
+
+def _fence(root: Root, name: str, lease: Lease, retention: dt.timedelta) -> Any:
+    """This compaction's first commit to a table: its token in the table's `FENCE` property (and
+    the log retention time travel needs), a metadata change that makes the engine refuse every
+    commit of an earlier compaction planned before it. A collector's append that lands first
+    only makes it try again. Returns the table as of that commit (None: there is no table)."""
+    deltalake = require("deltalake")
+    for attempt in range(FENCE_ATTEMPTS):
+        lease.check()
+        table = load(root, name)
+        if table is None:
+            return None
+        if (fence_epoch(table.metadata().configuration.get(FENCE)) or 0) > lease.epoch:
+            raise took_over(root)
+        changes = {FENCE: lease.token, **_log_retention(table, retention)}
+        _before_commit("fence", name)
+        try:
+            table.alter.set_table_properties(changes, raise_if_not_exists=False)
+            return table
+        except deltalake.exceptions.CommitFailedError as error:
+            if attempt == FENCE_ATTEMPTS - 1:
+                raise _conflicted(root, name, lease, error) from None
+    return None
 
 
 def _compact(
     root: Root,
     found: Dict[str, State],
+    lease: Lease,
     retention_span: dt.timedelta,
     sort: bool,
     budget: int,
@@ -147,59 +219,101 @@ def _compact(
     for name in TABLES:
         if found[name] is not State.DELTA:
             continue
-        table = load(root, name)
-        if table is None:
-            continue
         try:
+            table = _fence(root, name, lease, retention_span)
+            if table is None:
+                continue
+            table = _checked(root, name, lease, table)  # the snapshot of the fence's own commit
             report["files_before"] += len(table.file_uris())
-            metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
+            _before_commit("optimize", name)
+            try:
+                metrics = table.optimize.compact(target_size=target, max_concurrent_tasks=workers)
+            except deltalake.exceptions.CommitFailedError as error:
+                raise _conflicted(root, name, lease, error) from None
             report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
             report["files_added"] += int(metrics.get("numFilesAdded", 0))
-            if sort:
-                report["days_sorted"] += _sort_closed_days(root, name, now, budget, workers)
-            table = load(root, name)
-            assert table is not None
-            _keep_log_for(table, retention_span)
+            if sort and _sort_closed_days(root, name, lease, now, budget, workers, report):
+                table = load(root, name)
+            # Checkpoint, log cleanup and vacuum rewrite no rows: no fence needed, the lease still.
+            lease.check()
+            _before_commit("checkpoint", name)
+            previous = _last_checkpoint(root, name)
             table.create_checkpoint()
-            table.cleanup_metadata()
+            _clean_log_behind(root, name, previous, lease)
+            lease.check()
+            _before_commit("vacuum", name)
             vacuumed = table.vacuum(retention_hours=max(1, int(hours)), dry_run=False, enforce_retention_duration=False)
             report["files_vacuumed"] += len(vacuumed)
             report["files_after"] += len(load(root, name).file_uris())  # type: ignore[union-attr]
         except deltalake.exceptions.CommitFailedError as error:
-            raise HistoryError(
-                f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was "
-                "lost: run it again"
-            ) from None
+            raise _conflicted(root, name, lease, error) from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
             raise HistoryError(f"could not compact {root.table(name)!r}: {one_line(error)}") from None
     return report
 
 
-def _keep_log_for(table: Any, retention: dt.timedelta) -> None:
-    """Makes log cleanup keep what time travel needs: the table property, set once (a property
-    change is a commit that collectors appending meanwhile retry after)."""
-    wanted = f"interval {int(retention.total_seconds() // 3600)} hours"
+def _last_checkpoint(root: Root, name: str) -> Optional[int]:
+    """The version of the table's newest checkpoint (its log's ``_last_checkpoint``), or None."""
+    obstore = require("obstore")
+    try:
+        hint = json.loads(bytes(obstore.get(root.store(), f"{name}/_delta_log/_last_checkpoint").bytes()))
+        return int(hint["version"])
+    except Exception:  # none yet, or unreadable: nothing is cleaned this time
+        return None
+
+
+def _clean_log_behind(root: Root, name: str, previous: Optional[int], lease: Lease) -> None:
+    """Log cleanup with a margin: only entries older than the retention and older than the
+    checkpoint that was the newest before this compaction's (``previous``). A collector or reader
+    that started loading the table before this compaction's checkpoint was written is reading
+    that one, or entries after it: neither is removed under it. (delta-rs's own cleanup goes up
+    to the newest checkpoint, and readers of the one before failed to load.)"""
+    if previous is None:
+        return
+    deltalake = require("deltalake")
+    lease.check()
+    _before_commit("cleanup", name)
+    try:
+        behind = deltalake.DeltaTable(root.table(name), version=previous, storage_options=root.options())
+    except (OSError, deltalake.exceptions.DeltaError):
+        return  # that checkpoint is gone already (a collector's own cleanup): cleaned next time
+    behind.cleanup_metadata()
+
+
+def _log_retention(table: Any, retention: dt.timedelta) -> Dict[str, str]:
+    """The table properties, where the table's differ, that make log cleanup and vacuum keep what
+    time travel needs, and that leave log cleanup to compaction alone: delta-rs's own cleanup
+    after a collector's commit (each 100 commits) would go up to the newest checkpoint, under the
+    feet of collectors and readers still loading the one before."""
+    seconds = int(retention.total_seconds())
+    wanted = f"interval {seconds // 3600} hours" if seconds % 3600 == 0 else f"interval {seconds} seconds"
     properties = table.metadata().configuration
-    changes = {
-        key: wanted
-        for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
-        if properties.get(key) != wanted
-    }
-    if changes and _hours(properties.get("delta.logRetentionDuration")) != retention.total_seconds() // 3600:
-        table.alter.set_table_properties(changes, raise_if_not_exists=False)
+    changes = {}
+    if _seconds(properties.get("delta.logRetentionDuration")) != seconds:
+        changes = {
+            key: wanted
+            for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
+            if properties.get(key) != wanted
+        }
+    if properties.get("delta.enableExpiredLogCleanup") != "false":
+        changes["delta.enableExpiredLogCleanup"] = "false"
+    return changes
 
 
-def _hours(interval: Optional[str]) -> Optional[float]:
-    match = re.fullmatch(r"interval (\d+) (hours?|days?)", interval or "")
+def _seconds(interval: Optional[str]) -> Optional[int]:
+    match = re.fullmatch(r"interval (\d+) (seconds?|minutes?|hours?|days?|weeks?)", interval or "")
     if not match:
         return None
-    return int(match.group(1)) * (24 if match.group(2).startswith("day") else 1)
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)[0]]
+    return int(match.group(1)) * unit
 
 
-def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, workers: int) -> int:
-    table = load(root, name)
-    if table is None:
-        return 0
+def _sort_closed_days(
+    root: Root, name: str, lease: Lease, now: dt.datetime, budget: int, workers: int, report: Dict[str, int]
+) -> int:
+    """Z-orders the closed days not sorted yet, each from a snapshot checked as `_checked` does;
+    counts them into ``report`` and returns how many."""
+    table = _checked(root, name, lease)
     done = _sorted_days(root, name)
     days = sorted(
         {
@@ -213,8 +327,8 @@ def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, work
     deltalake = require("deltalake")
     sorted_now = 0
     for day in days:
-        table = load(root, name)
-        assert table is not None
+        table = _checked(root, name, lease)
+        _before_commit("sort", name)
         try:
             table.optimize.z_order(
                 ["token"],
@@ -222,8 +336,11 @@ def _sort_closed_days(root: Root, name: str, now: dt.datetime, budget: int, work
                 max_spill_size=budget,
                 max_concurrent_tasks=workers,
             )
-        except deltalake.exceptions.CommitFailedError:
+        except deltalake.exceptions.CommitFailedError as error:
+            if isinstance(_conflicted(root, name, lease, error), LeaseLost):
+                raise took_over(root) from None
             continue  # a late round landed in the day meanwhile: sorted on the next run
         _mark_sorted(root, name, day)
         sorted_now += 1
+    report["days_sorted"] += sorted_now
     return sorted_now

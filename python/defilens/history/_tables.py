@@ -72,6 +72,9 @@ def marker(name: str) -> str:
     return f"{MARKER}{name}"
 
 
+#: How often loading a table is tried when a log file it listed was removed meanwhile.
+LOAD_ATTEMPTS = 4
+
 #: How often one table's commit of a round is tried when it keeps conflicting, and how long the
 #: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
 COMMIT_ATTEMPTS = 8
@@ -116,18 +119,30 @@ def load(root: Root, name: str, version: Optional[int] = None) -> "Optional[Delt
     A version is loaded as it is asked for: which versions time travel may ask for, and what a
     moment means, `defilens.history._scan` decides (from the kept log) and says."""
     deltalake = require("deltalake")
-    try:
-        table = root.open_table(name)
-    except deltalake.exceptions.TableNotFoundError:
-        return None
-    except (OSError, deltalake.exceptions.DeltaError) as error:
-        raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
+    for attempt in range(LOAD_ATTEMPTS):
+        try:
+            table = root.open_table(name)
+            break
+        except deltalake.exceptions.TableNotFoundError:
+            return None
+        except (OSError, deltalake.exceptions.DeltaError) as error:
+            # A log entry or checkpoint listed a moment ago and removed since by log cleanup: the
+            # table's newer state is there, load that.
+            if attempt + 1 < LOAD_ATTEMPTS and _vanished(error):
+                continue
+            raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
     if version is not None:
         try:
             table.load_as_version(version)
         except (OSError, ValueError, deltalake.exceptions.DeltaError) as error:
             raise HistoryError(f"cannot load version {version} of {root.table(name)!r}: {one_line(error)}") from None
     return table
+
+
+def _vanished(error: BaseException) -> bool:
+    """Whether ``error`` says a log entry or checkpoint the snapshot listed is gone (log cleanup)."""
+    text = str(error)
+    return "_delta_log" in text and "not found" in text.lower()
 
 
 #: Terminal escapes (colours, styles) that object_store's messages may carry.
@@ -272,6 +287,9 @@ def commit(
         except deltalake.exceptions.SchemaMismatchError as error:
             raise HistoryError(f"the round does not fit the table {uri!r}: {one_line(error)}") from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
+            if _vanished(error):
+                last_error = error  # log cleanup removed what this snapshot listed: look again
+                continue
             raise HistoryError(
                 f"could not commit to {uri!r}: {one_line(error)} (the table stays at its last version; the round "
                 "waits in the spool and the next collect commits it)"
