@@ -140,3 +140,24 @@ def split_path(path: str) -> Tuple[str, str]:
     if path.startswith("/listings/market/"):
         return "markets", path[len("/listings/market/") :]
     return "listing", path[len("/listings/") :]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Dict[str, str]]:
+    """``storage_options`` of an S3 server on loopback, one a test module (tests/s3_server.py)."""
+    from s3_server import moto_server
+
+    with moto_server() as options:
+        yield options
+
+
+@pytest.fixture
+def bucket(s3: Dict[str, str]) -> str:
+    """A new, empty bucket of that server, as an ``s3://`` URL."""
+    import uuid
+
+    from s3_server import client
+
+    name = f"history-{uuid.uuid4().hex[:12]}"
+    client(s3).create_bucket(Bucket=name)
+    return f"s3://{name}"

@@ -19,7 +19,6 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 from history_checks import assert_whole_rounds
-from test_object_storage import bucket, s3  # noqa: F401  (moto on loopback, in its own process)
 
 import defilens
 from defilens.history import TABLES, _liveness, _tables
@@ -366,7 +365,7 @@ def test_a_restarted_collector_with_its_id_continues_its_round_numbers(tmp_path:
     assert sorted(snapshot.group_by("token").len().get_column("len").to_list()) == [6, 6]
 
 
-def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811
+def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     live = new_collector_id()
     with collector_running(root_of(root, s3), live):
@@ -385,7 +384,7 @@ def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> Non
     assert [meta["path"] for meta in leases if meta["path"].endswith(".lease")] == []
 
 
-def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811
+def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     _spool_round(root, "restarted", storage_options=s3)
     # A collector that took its lease and died without a word (kill -9 of a collect).
@@ -409,8 +408,8 @@ def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Di
 
 
 def test_a_lease_is_renewed_and_a_holder_that_stalled_past_it_stops(
-    bucket: str,  # noqa: F811
-    s3: Dict[str, str],  # noqa: F811
+    bucket: str,
+    s3: Dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_liveness, "LEASE", dt.timedelta(seconds=3))  # renewed every second

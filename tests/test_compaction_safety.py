@@ -10,19 +10,17 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pyarrow as pa
 import pytest
 from history_checks import assert_whole_rounds
-from test_object_storage import _client, _free_port
+from s3_server import client as _client
 
 import defilens
 from defilens.history import TABLES, _compact, _lock
@@ -59,40 +57,6 @@ def _operations(root: str, name: str, options: Options = None) -> List[str]:
     except TableNotFoundError:
         return []
     return [entry.get("operation", "") for entry in table.history()]
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Dict[str, str]]:
-    """An S3 server on loopback (moto, in its own process, as tests/test_object_storage.py runs it)."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield {
-        "aws_endpoint_url": f"http://127.0.0.1:{port}",
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-        "aws_region": "us-east-1",
-        "aws_allow_http": "true",
-    }
-    server.terminate()
-    server.wait()
-
-
-@pytest.fixture
-def bucket_url(moto: Dict[str, str]) -> str:
-    name = f"compaction-{uuid.uuid4().hex[:12]}"
-    _client(moto).create_bucket(Bucket=name)
-    return f"s3://{name}"
 
 
 class Pause:
@@ -256,17 +220,17 @@ def _compact_when_free(root: str, options: Options, within: float = 90.0) -> "tu
 
 
 def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_successor(
-    bucket_url: str, moto: Dict[str, str], monkeypatch
+    bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
     """F1 with a real stop: a compaction is SIGSTOPped between its checks and its commit (its
     renewals stop too), a successor takes the lease over once it expired by the store's clock and
     compacts, then the first one resumes: its commit is refused, the rows stay once."""
-    root = f"{bucket_url}/stopped"
-    _collect(root, 3, moto)
-    before = _rows(root, moto)
+    root = f"{bucket}/stopped"
+    _collect(root, 3, s3)
+    before = _rows(root, s3)
     lease = 4.0  # the stopped one's (a lease object says how long it lasts); the successor's is the default
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, root, json.dumps(moto), str(lease)],
+        [sys.executable, "-c", CHILD, root, json.dumps(s3), str(lease)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -278,7 +242,7 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
         while not _stopped(child.pid):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        report, refused = _compact_when_free(root, moto)
+        report, refused = _compact_when_free(root, s3)
         assert refused >= 1, "the stopped compaction's lease was taken over before it expired"
         assert report["files_removed"] > 0
     finally:
@@ -286,32 +250,32 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
         out, err = child.communicate(timeout=120)
     assert child.returncode == 1, (out, err)
     assert "took over" in out and "run it again" in out, out
-    assert _rows(root, moto) == before
-    assert assert_whole_rounds(root, moto) == 9
+    assert _rows(root, s3) == before
+    assert assert_whole_rounds(root, s3) == 9
 
 
 def test_a_takeover_while_the_holder_still_runs_cannot_double_rows_on_s3(
-    bucket_url: str, moto: Dict[str, str], monkeypatch
+    bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
     """F1 with a fake clock: a successor whose idea of the time is 11 minutes ahead takes a live
     lease over while the holder stalls right before its commit; the holder's commit is refused."""
-    root = f"{bucket_url}/fake-clock"
-    _collect(root, 3, moto)
-    before = _rows(root, moto)
+    root = f"{bucket}/fake-clock"
+    _collect(root, 3, s3)
+    before = _rows(root, s3)
     pause = Pause()
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
     assert pause.reached.wait(120)
     real = _lock._store_now
     monkeypatch.setattr(_lock, "_store_now", lambda store: real(store) + dt.timedelta(minutes=11))
-    report = defilens.compact(root, storage_options=moto, sort=False)
+    report = defilens.compact(root, storage_options=s3, sort=False)
     assert report["files_removed"] > 0
     pause.release()
     thread.join(120)
     assert isinstance(outcome[0], defilens.HistoryError), outcome
     assert "took over" in str(outcome[0]), outcome
-    assert _rows(root, moto) == before
-    assert assert_whole_rounds(root, moto) == 9
+    assert _rows(root, s3) == before
+    assert assert_whole_rounds(root, s3) == 9
 
 
 def _lease_key(url: str, prefix: str) -> "tuple[str, str]":
@@ -319,11 +283,11 @@ def _lease_key(url: str, prefix: str) -> "tuple[str, str]":
 
 
 def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
-    bucket_url: str, moto: Dict[str, str], monkeypatch
+    bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
-    root = f"{bucket_url}/lost"
-    _collect(root, 3, moto)
-    before = _rows(root, moto)
+    root = f"{bucket}/lost"
+    _collect(root, 3, s3)
+    before = _rows(root, s3)
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
     failing = threading.Event()
     real_put = _lock._put
@@ -336,7 +300,7 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     monkeypatch.setattr(_lock, "_put", put)
     pause = Pause("fence", "snapshot")
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
     assert pause.reached.wait(120)
     failing.set()
     time.sleep(2.5)  # a renewal is due every second
@@ -344,25 +308,25 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     thread.join(120)
     assert isinstance(outcome[0], _lock.LeaseLost), outcome
     assert "renew" in str(outcome[0]) and "run it again" in str(outcome[0])
-    assert all("OPTIMIZE" not in _operations(root, name, moto) for name in TABLES if name != "drift")
-    assert _rows(root, moto) == before
+    assert all("OPTIMIZE" not in _operations(root, name, s3) for name in TABLES if name != "drift")
+    assert _rows(root, s3) == before
 
 
 def test_a_lease_taken_by_someone_else_stops_the_holder_before_its_next_commit(
-    bucket_url: str, moto: Dict[str, str], monkeypatch
+    bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
-    root = f"{bucket_url}/overwritten"
-    _collect(root, 3, moto)
+    root = f"{bucket}/overwritten"
+    _collect(root, 3, s3)
     pause = Pause("fence", "snapshot")
     monkeypatch.setattr(_compact, "_before_commit", pause)
-    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=moto, sort=False))
+    thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
     assert pause.reached.wait(120)
-    name, key = _lease_key(bucket_url, "overwritten")
-    _client(moto).put_object(Bucket=name, Key=key, Body=json.dumps({"holder": "someone-else", "epoch": 99}))
+    name, key = _lease_key(bucket, "overwritten")
+    _client(s3).put_object(Bucket=name, Key=key, Body=json.dumps({"holder": "someone-else", "epoch": 99}))
     pause.release()
     thread.join(120)
     assert isinstance(outcome[0], _lock.LeaseLost), outcome
-    assert all("OPTIMIZE" not in _operations(root, name, moto) for name in ("snapshot", "indicators"))
+    assert all("OPTIMIZE" not in _operations(root, name, s3) for name in ("snapshot", "indicators"))
 
 
 LEASE_OBJECTS = {
@@ -376,7 +340,7 @@ LEASE_OBJECTS = {
 }
 
 
-def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket_url: str, moto: Dict[str, str], monkeypatch):
+def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket: str, s3: Dict[str, str], monkeypatch):
     """Whatever a lease object holds, it expires by its own last-modified time in the store plus the
     lease length (at most `LEASE`), judged by the store's clock: never a Python error, never
     blocked forever, never taken over early because of what it says (a successor whose clock was
@@ -384,10 +348,10 @@ def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket_url: st
     from defilens.history._root import root_of
 
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
-    name = bucket_url[len("s3://") :]
-    roots = {case: root_of(f"{bucket_url}/{case}", moto) for case in LEASE_OBJECTS}
+    name = bucket[len("s3://") :]
+    roots = {case: root_of(f"{bucket}/{case}", s3) for case in LEASE_OBJECTS}
     for case, body in LEASE_OBJECTS.items():
-        _client(moto).put_object(Bucket=name, Key=f"{case}/{_lock.LOCK}", Body=body)
+        _client(s3).put_object(Bucket=name, Key=f"{case}/{_lock.LOCK}", Body=body)
     for root in roots.values():
         with pytest.raises(_lock.Busy, match="another compaction"), _lock.compaction_lock(root):
             pass
@@ -404,20 +368,20 @@ def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket_url: st
         time.sleep(0.3)
     assert taken == {case: 8 if case == "lasts-a-year" else 1 for case in LEASE_OBJECTS}
     for case in LEASE_OBJECTS:
-        lease = json.loads(_client(moto).get_object(Bucket=name, Key=f"{case}/{_lock.LOCK}")["Body"].read())
+        lease = json.loads(_client(s3).get_object(Bucket=name, Key=f"{case}/{_lock.LOCK}")["Body"].read())
         assert lease["released"] is True and lease["epoch"] == taken[case]
 
 
-def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket_url: str, moto: Dict[str, str]) -> None:
-    root = f"{bucket_url}/again"
-    _collect(root, 3, moto)
-    first = defilens.compact(root, storage_options=moto, sort=False)
-    second = defilens.compact(root, storage_options=moto, sort=False)
+def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket: str, s3: Dict[str, str]) -> None:
+    root = f"{bucket}/again"
+    _collect(root, 3, s3)
+    first = defilens.compact(root, storage_options=s3, sort=False)
+    second = defilens.compact(root, storage_options=s3, sort=False)
     assert first["files_removed"] > 0 and second["files_removed"] == 0
-    name, key = _lease_key(bucket_url, "again")
-    lease = json.loads(_client(moto).get_object(Bucket=name, Key=key)["Body"].read())
+    name, key = _lease_key(bucket, "again")
+    lease = json.loads(_client(s3).get_object(Bucket=name, Key=key)["Body"].read())
     assert lease["released"] is True and lease["epoch"] == 2
-    assert assert_whole_rounds(root, moto) == 9
+    assert assert_whole_rounds(root, s3) == 9
 
 
 # --- F5: log cleanup beside collectors and readers ---------------------------------------------------

@@ -21,7 +21,8 @@ import polars as pl
 import pytest
 from history_checks import assert_whole_rounds, write_old_round
 from polars.testing import assert_frame_equal
-from test_object_storage import _client, _keys, bucket, s3  # noqa: F401 (the moto server's fixtures)
+from s3_server import client as _client
+from s3_server import keys as _keys
 
 import defilens
 import defilens.history._convert as converting
@@ -436,8 +437,8 @@ def test_files_that_carry_the_partition_column_are_converted_or_refused(tmp_path
 
 def test_convert_in_s3_killed_after_its_first_commit_then_finished(
     tmp_path: Path,
-    bucket: str,  # noqa: F811 (the fixture imported above)
-    s3: Dict[str, str],  # noqa: F811
+    bucket: str,
+    s3: Dict[str, str],
     monkeypatch,
 ) -> None:
     from deltalake import DeltaTable

@@ -9,14 +9,15 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
-from typing import Dict, Iterator, List
+from typing import Dict
 
-import boto3
 import polars as pl
 import pytest
 from history_checks import assert_whole_rounds
 from polars.testing import assert_frame_equal
+from s3_server import client as _client
+from s3_server import free_port as _free_port
+from s3_server import keys as _keys
 
 import defilens
 from defilens.research._day_summaries import CACHE
@@ -24,61 +25,6 @@ from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
 CLI = [sys.executable, "-m", "defilens"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Dict[str, str]]:
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    options = {
-        "aws_endpoint_url": f"http://127.0.0.1:{port}",
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-        "aws_region": "us-east-1",
-        "aws_allow_http": "true",
-    }
-    yield options
-    server.terminate()
-    server.wait()
-
-
-def _client(s3: Dict[str, str]):
-    return boto3.client(
-        "s3",
-        endpoint_url=s3["aws_endpoint_url"],
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        region_name="us-east-1",
-    )
-
-
-@pytest.fixture
-def bucket(s3: Dict[str, str]) -> str:
-    name = f"history-{uuid.uuid4().hex[:12]}"
-    _client(s3).create_bucket(Bucket=name)
-    return f"s3://{name}"
-
-
-def _keys(bucket: str, s3: Dict[str, str]) -> List[str]:
-    listed = _client(s3).list_objects_v2(Bucket=bucket.split("://")[1])
-    return sorted(item["Key"] for item in listed.get("Contents", []))
 
 
 def test_frames_write_and_read_round_trip(bucket: str, s3: Dict[str, str]) -> None:

@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from history_checks import assert_whole_rounds, write_old_round
-from test_object_storage import _client, _keys, bucket, s3  # noqa: F401 (fixtures)
+from s3_server import client as _client
+from s3_server import keys as _keys
 
 import defilens
 from defilens.history import TABLES
@@ -396,8 +397,8 @@ def test_cli_sets_an_unreadable_spool_entry_aside_without_a_traceback(bad_spool)
 
 
 def test_in_s3_a_foreign_table_is_refused_and_a_bad_spool_entry_set_aside(
-    bucket: str,  # noqa: F811 (the fixture)
-    s3: Dict[str, str],  # noqa: F811 (the fixture)
+    bucket: str,
+    s3: Dict[str, str],
 ) -> None:
     root = f"{bucket}/history"
     write_deltalake(

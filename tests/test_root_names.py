@@ -16,8 +16,6 @@ import polars as pl
 import pytest
 
 # The moto server on loopback and a fresh bucket in it, as the object storage tests have them.
-from test_object_storage import bucket, s3  # noqa: F401
-
 import defilens
 from defilens.history import versions
 from defilens.testing import Sandbox
@@ -153,7 +151,7 @@ def test_a_file_url_is_decoded(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["with space", "é", "a%20b"])
-def test_an_object_storage_prefix_with_any_usable_name_works(bucket: str, s3: Dict[str, str], name: str) -> None:  # noqa: F811 (the fixtures)
+def test_an_object_storage_prefix_with_any_usable_name_works(bucket: str, s3: Dict[str, str], name: str) -> None:
     root = f"{bucket}/{name}"
     with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
         client = defilens.Client(base_url=sandbox.url)
@@ -165,7 +163,7 @@ def test_an_object_storage_prefix_with_any_usable_name_works(bucket: str, s3: Di
     assert defilens.audit(root, storage_options=s3).coverage.height > 0
 
 
-def test_a_hash_in_an_object_storage_url_is_refused(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811 (the fixtures)
+def test_a_hash_in_an_object_storage_url_is_refused(bucket: str, s3: Dict[str, str]) -> None:
     with Sandbox() as sandbox:
         client = defilens.Client(base_url=sandbox.url)
         with pytest.raises(ValueError, match="has a '#', which starts a fragment"):

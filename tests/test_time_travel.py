@@ -18,8 +18,6 @@ import polars as pl
 import pytest
 
 # The moto server on loopback and a fresh bucket in it, as the object storage tests have them.
-from test_object_storage import bucket, s3  # noqa: F401
-
 import defilens
 from defilens.history import versions
 from defilens.history._root import root_of
@@ -200,7 +198,7 @@ def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     assert wrong.returncode == 1 and wrong.stderr.startswith("defilens: error: frame must be one of")
 
 
-def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:  # noqa: F811 (the fixtures)
+def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
         client = defilens.Client(base_url=sandbox.url)
