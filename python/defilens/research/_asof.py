@@ -242,8 +242,7 @@ def _values_asof_near(root: Any, scope: Scope, moments: pl.DataFrame, before: Li
         .unique(subset=["at", *scope.keys], keep="first")
     )
     series = ["token", "interval"]
-    exact = found.join(current.select("at", *series, _CLOSE), on=["at", *series, _CLOSE], how="semi")
-    # Every key the catalogue expects of each current candle must be answered exactly.
+    # Every key the catalogue expects of each current candle must have been answered from it.
     names = pl.DataFrame(
         [
             (interval, name)
@@ -253,29 +252,19 @@ def _values_asof_near(root: Any, scope: Scope, moments: pl.DataFrame, before: Li
         ],
         schema={"interval": pl.String, scope.name_column: pl.String},
         orient="row",
-    )
-    expected = current.select("at", *series).with_columns(pl.col("interval").cast(pl.String)).join(names, on="interval")
-    answered = exact.select("at", *series, scope.name_column).with_columns(pl.col("interval").cast(pl.String))
-    redo = pl.concat(
-        [
-            expected.join(answered, on=["at", *series, scope.name_column], how="anti").select(series),
-            found.join(exact, on=["at", *scope.keys], how="anti")
-            .select(series)
-            .with_columns(pl.col("interval").cast(pl.String)),
-        ]
-    ).unique()
+    ).with_columns(pl.col("interval").cast(INTERVAL))
+    expected = current.select("at", *series).join(names, on="interval")
+    redo = expected.join(found, on=["at", *series, scope.name_column], how="anti").select(series).unique()
     if redo.is_empty():
-        return exact.sort("at", *scope.keys)
+        return found.sort("at", *scope.keys)
     again = Scope(
         scope.frame,
         tuple(redo["token"].unique().sort()),
         tuple(redo["interval"].unique().sort()),
         scope.names,
     )
-    redone = _collect(_values_asof(root, again, moments, before)).join(
-        redo.with_columns(pl.col("interval").cast(INTERVAL)), on=series, how="semi"
-    )
-    kept = exact.join(redo.with_columns(pl.col("interval").cast(INTERVAL)), on=series, how="anti")
+    redone = _collect(_values_asof(root, again, moments, before)).join(redo, on=series, how="semi")
+    kept = found.join(redo, on=series, how="anti")
     return pl.concat([kept, redone]).sort("at", *scope.keys)
 
 
