@@ -86,13 +86,21 @@ COMMIT_THREADS = "defilens-commit"
 
 def frame_schema(name: str) -> Dict[str, pl.DataType]:
     """A table's columns as `scan` gives them (the frame's, ``fetched_at``, ``date``)."""
-    if name == RAW:
-        schema = dict(RAW_SCHEMA)
-    else:
-        schema = dict(empty_frames()[name].schema)
+    return dict(_frame_schemas()[name])
+
+
+@functools.lru_cache(maxsize=1)
+def _frame_schemas() -> Dict[str, Dict[str, pl.DataType]]:
+    # Built once: every round asks for each table's schema, and making the empty frames is not free.
+    schemas: Dict[str, Dict[str, pl.DataType]] = {}
+    for name, frame in empty_frames().items():
+        schema = dict(frame.schema)
         schema.setdefault(FETCHED_AT, UTC_MS)
-    schema[PARTITION] = pl.Date()
-    return schema
+        schemas[name] = schema
+    schemas[RAW] = dict(RAW_SCHEMA)
+    for schema in schemas.values():
+        schema[PARTITION] = pl.Date()
+    return schemas
 
 
 def to_disk(frame: pl.DataFrame) -> pl.DataFrame:
