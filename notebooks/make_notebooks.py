@@ -279,6 +279,78 @@ skewed = frames.indicators.with_columns(
 )
 defilens.verify(skewed, candles).filter(~pl.col("ok"))"""
 
+STUDY_SETUP = """import datetime as dt
+import warnings
+
+import polars as pl
+
+import defilens
+
+# Four simulated days of 30-minute rounds for 30 tokens, collected on the Sandbox's clock (it
+# stands still, and the collector moves it from round to round: this takes seconds, not days).
+# The Sandbox's prices are random walks: no signal can work here, so a study that finds one has
+# a bug. That makes it the place to try a pipeline before trusting it on real data.
+sandbox = defilens.testing.Sandbox(seed=7, now="2026-01-05T00:00:00Z")
+client = defilens.Client(base_url=sandbox)
+root = "study-history"
+import shutil; shutil.rmtree(root, ignore_errors=True)
+client.collect([f"coin-{i}" for i in range(30)], "30m", count=192, out=root, markets=False, progress=False)
+defilens.scan(root, "snapshot").select(pl.len().alias("fetches"), pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last")).collect()"""
+
+STUDY_SIGNAL = """def rsi_signal(root):
+    \\"\\"\\"rsi14 on 1h candles, as it was knowable at each hour.\\"\\"\\"
+    return defilens.asof(root, defilens.decision_times(root, "1h"), intervals="1h", indicators="rsi14")
+
+signal = rsi_signal(root)
+labels = defilens.forward_returns(root, signal, ["30m", "1h", "4h"])
+labels.select("at", "token", "value", "horizon", "entry_at", "exit_at", "forward_return", "missing").head(6)"""
+
+STUDY_EVALUATE = """verdict = defilens.evaluate(labels, "value")
+verdict"""
+
+STUDY_PLOT = """verdict.plot();"""
+
+STUDY_LEAK = """def leaky_rsi(root):
+    \\"\\"\\"The same RSI, with each candle's value stamped at its open: a candle's close read as its open.\\"\\"\\"
+    grid = defilens.decision_times(root, "1h")
+    candles = defilens.panel(root, intervals="1h", indicators="rsi14").select("token", "candle_open", "value").collect().sort("candle_open")
+    decisions = grid.to_frame().join(candles.select("token").unique(), how="cross").sort("at")
+    return decisions.join_asof(candles, left_on="at", right_on="candle_open", by="token", check_sortedness=False).drop_nulls("value")
+
+leaked = defilens.evaluate(defilens.forward_returns(root, leaky_rsi(root), ["30m", "1h", "4h"]), "value")
+leaked"""
+
+STUDY_CHECK = """defilens.lookahead_check(leaky_rsi, root)"""
+
+STUDY_CHECK_HONEST = """defilens.lookahead_check(rsi_signal, root)"""
+
+STUDY_ALPHALENS = """import alphalens
+
+factor, prices = defilens.to_alphalens(root, signal)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    data = alphalens.utils.get_clean_factor_and_forward_returns(factor, prices, periods=(2, 8), quantiles=5, max_loss=1.0)
+    theirs = alphalens.performance.factor_information_coefficient(data)
+# alphalens counts rounds (30 minutes here): 2 rounds is our 1h, 8 rounds our 4h.
+ours = verdict.ic.with_columns((pl.col("at") + pl.duration(minutes=30)).alias("date"))
+compare = ours.filter(pl.col("horizon") == pl.duration(hours=1)).join(
+    pl.from_pandas(theirs.reset_index()).select(pl.col("date").cast(pl.Datetime("ms", "UTC")), pl.col("2D").alias("alphalens_ic")), on="date")
+compare.select("date", "ic", "alphalens_ic", (pl.col("ic") - pl.col("alphalens_ic")).abs().max().alias("largest difference")).head(3)"""
+
+STUDY_VECTORBT = """import vectorbt as vbt  # the first Portfolio call compiles with numba: about 30 s once
+
+# Decisions four hours apart, so that 1h trades never overlap: then each vectorbt trade is one label.
+sparse = defilens.asof(root, defilens.decision_times(root, "1h").gather_every(4), intervals="1h", indicators="rsi14")
+oversold = defilens.forward_returns(root, sparse.with_columns((pl.col("value") < 40).alias("oversold")), "1h")
+close, entries, exits = defilens.to_vectorbt(root, oversold, "1h", signal="oversold")
+portfolio = vbt.Portfolio.from_signals(close, entries, exits, fees=0.0)
+trades = portfolio.trades.records_readable
+labelled = oversold.filter(pl.col("oversold") & pl.col("forward_return").is_not_null())
+pl.DataFrame({
+    "trades": [len(trades)], "labels": [labelled.height],
+    "mean trade return (vectorbt)": [trades["Return"].mean()], "mean forward return (labels)": [labelled["forward_return"].mean()],
+})"""
+
 NOTEBOOKS["05_research.ipynb"] = [
     new_markdown_cell(
         "# Research on a history\n\nA collected history, then the three steps every study on it needs: what is missing (the audit), one row per candle with the moment it became knowable (the panel, and as-of reads that never look ahead), and whether the vendor's indicators agree with the candles (verify). Everything runs offline against the Sandbox."
@@ -305,6 +377,41 @@ NOTEBOOKS["05_research.ipynb"] = [
     ),
     new_code_cell(RESEARCH_VERIFY),
     new_code_cell("sandbox.stop()"),
+]
+
+
+NOTEBOOKS["06_study.ipynb"] = [
+    new_markdown_cell(
+        '# A study without look-ahead: from a signal to a verdict\n\nOn a history collected from the Sandbox: a signal as it was knowable at each decision time, forward returns entered a round after it, an evaluation whose t-statistics know that forward returns overlap, the same study with a one-candle leak (the look-ahead check flags it, and the verdict flips), and the hand-offs to alphalens and vectorbt. Everything runs offline. Extras: `pip install "defilens[history,alphalens,vectorbt]"` and matplotlib.'
+    ),
+    new_code_cell(STUDY_SETUP),
+    new_markdown_cell(
+        "## The signal and its labels\n\nDecisions at each hour's close; the RSI each token showed by then (`asof` never returns a candle seen later). Each decision is entered at the token's fetch in the next round (strictly after `at`) and exited in the round the horizon ends in. A token missing from its exit round gets a null return and a reason, never the price of another round."
+    ),
+    new_code_cell(STUDY_SIGNAL),
+    new_markdown_cell(
+        "## The evaluation\n\nRank IC per decision, its mean, and a t-statistic corrected for overlap (Newey-West, lags = horizon / decision spacing). On a random walk the verdict should be: nothing."
+    ),
+    new_code_cell(STUDY_EVALUATE),
+    new_code_cell(STUDY_PLOT),
+    new_markdown_cell(
+        "## The same study, with a candle's close read as its open\n\nLibraries that stamp candles at their open (ccxt, freqtrade) invite this: the value of the candle that opened at the decision time is used, though it is only known when that candle closes. With rounds every 30 minutes the entry comes before that close, so the signal sees part of the return it is judged on, and a random walk suddenly looks predictable."
+    ),
+    new_code_cell(STUDY_LEAK),
+    new_markdown_cell(
+        "The look-ahead check re-runs the study on the history cut at several moments, and flags every value stamped before a cut that changes when the rows after it are removed. The leaky study fails at every cut; the honest one passes."
+    ),
+    new_code_cell(STUDY_CHECK),
+    new_code_cell(STUDY_CHECK_HONEST),
+    new_markdown_cell(
+        "## Hand-offs\n\n`to_alphalens` gives alphalens its factor (dated at the round each signal can first be traded in) and prices on the history's rounds; its IC is ours, decision by decision."
+    ),
+    new_code_cell(STUDY_ALPHALENS),
+    new_markdown_cell(
+        "`to_vectorbt` gives `close`, `entries` and `exits` on one tz-aware index: for trades that do not overlap, vectorbt's trade returns are the labels' forward returns."
+    ),
+    new_code_cell(STUDY_VECTORBT),
+    new_code_cell("sandbox.stop()\nshutil.rmtree(root, ignore_errors=True)"),
 ]
 
 

@@ -22,7 +22,21 @@ from ._exceptions import *  # noqa: F403
 from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
 from .history import collect, compact, convert, reparse, scan, versions
-from .research import Audit, asof, audit, panel, verify
+from .research import (
+    Audit,
+    Evaluation,
+    LookaheadReport,
+    asof,
+    audit,
+    decision_times,
+    evaluate,
+    forward_returns,
+    lookahead_check,
+    panel,
+    to_alphalens,
+    to_vectorbt,
+    verify,
+)
 
 __all__ = [
     "Client",
@@ -45,6 +59,14 @@ __all__ = [
     "audit",
     "Audit",
     "verify",
+    "decision_times",
+    "forward_returns",
+    "evaluate",
+    "Evaluation",
+    "lookahead_check",
+    "LookaheadReport",
+    "to_alphalens",
+    "to_vectorbt",
     "ta",
     "testing",
     "__version__",

@@ -11,11 +11,13 @@ answered with another version's rows.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import polars as pl
 
@@ -30,6 +32,37 @@ if TYPE_CHECKING:
 
 #: A moment (naive means UTC) or a table version number.
 AsOf = Union[dt.datetime, int, None]
+
+
+@dataclass
+class _Cut:
+    """The history as it stood at ``moment``: every table read sees rows fetched by then only."""
+
+    moment: dt.datetime
+    reads: int = 0
+
+
+_CUT: "contextvars.ContextVar[Optional[_Cut]]" = contextvars.ContextVar("defilens_history_cut", default=None)
+
+
+@contextlib.contextmanager
+def history_cut_at(moment: dt.datetime) -> "Iterator[_Cut]":
+    """Within it, every table this module reads holds only rows with ``fetched_at <= moment``:
+    the history as a collector stopped then would have left it (the look-ahead check's way to
+    re-run a study on a shorter history without copying it). Yields the cut, which counts the
+    table reads that went through it."""
+    cut = _Cut(moment)
+    token = _CUT.set(cut)
+    try:
+        yield cut
+    finally:
+        _CUT.reset(token)
+
+
+def history_cut() -> Optional[dt.datetime]:
+    """The moment reads are cut at (`history_cut_at`), if any."""
+    cut = _CUT.get()
+    return None if cut is None else cut.moment
 
 
 def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
@@ -61,6 +94,10 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
     casts that give the frames' dtypes, so that they reach the Delta scan (files skipped by
     their statistics, row groups by theirs)."""
     as_of = _as_of(as_of)
+    cut = _CUT.get()
+    if cut is not None:
+        cut.reads += 1
+        where = [*where, pl.col("fetched_at") <= cut.moment]
     found = state(root, name)
     if found is State.MISSING:
         # A table nothing was ever committed to (no drift yet, raw not kept): empty, typed.

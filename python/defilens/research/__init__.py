@@ -1,10 +1,31 @@
 """Research on a collected history: point-in-time panels of every frame (`panel`), as-of reads
-that never look ahead (`asof`), a coverage audit (`audit`), and checking a vendor's indicators
-against candles (`verify`). They read what `collect` writes, through `defilens.scan`."""
+that never look ahead (`asof`), a coverage audit (`audit`), checking a vendor's indicators
+against candles (`verify`), and a study from signal to verdict: decision times and forward
+returns (`decision_times`, `forward_returns`), an honest evaluation (`evaluate`), a look-ahead
+check of a study (`lookahead_check`) and hand-offs to backtesters (`to_alphalens`,
+`to_vectorbt`). They read what `collect` writes, through `defilens.scan`."""
 
 from ._asof import asof
 from ._audit import Audit, audit
+from ._evaluate import Evaluation, evaluate
+from ._handoff import to_alphalens, to_vectorbt
+from ._labels import decision_times, forward_returns
+from ._lookahead import LookaheadReport, lookahead_check
 from ._panel import panel
 from ._verify import verify
 
-__all__ = ["panel", "asof", "audit", "Audit", "verify"]
+__all__ = [
+    "panel",
+    "asof",
+    "audit",
+    "Audit",
+    "verify",
+    "decision_times",
+    "forward_returns",
+    "evaluate",
+    "Evaluation",
+    "lookahead_check",
+    "LookaheadReport",
+    "to_alphalens",
+    "to_vectorbt",
+]

@@ -8,8 +8,9 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import polars as pl
 
+from .._exceptions import HistoryError
 from ..history._root import PathLike, Root
-from ..history._scan import open_for_reading, scan_table
+from ..history._scan import history_cut, open_for_reading, scan_table
 from ._day_summaries import day_summaries, gaps_of, step
 from ._panel import VALUE_COLUMNS, per_candle
 from ._scope import candle_times
@@ -109,6 +110,11 @@ def audit(
     of it (a year of 5-minute rounds for 200 tokens: a few minutes) and the next ones only the
     new days. ``progress`` shows a bar over the days to summarize (None: when there are many, in
     a notebook or a terminal)."""
+    if history_cut() is not None:
+        raise HistoryError(
+            "audit cannot run inside a look-ahead check: it reads its day summaries, which a cut history does not "
+            "have; check the study's signals (scan, panel, asof), not its audit"
+        )
     root = open_for_reading(source, storage_options)
     summaries = day_summaries(root, cache=cache, progress=progress)
     spans = summaries["spans"].lazy().with_columns(step().alias("_step"))
