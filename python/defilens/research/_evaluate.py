@@ -154,7 +154,7 @@ class Evaluation:
         left.set_ylabel(ylabel)
         if self.kind == "score":
             right = axes[0][1]
-            quantile_count = int(self.quantiles["quantile"].max() or 0)
+            quantile_count = int(self.quantiles["quantile"].max() or 0)  # type: ignore[arg-type]
             width = 0.8 / max(1, len(rows))
             for position, r in enumerate(rows):
                 one = self.quantiles.filter(pl.col("horizon") == r["horizon"]).sort("quantile")

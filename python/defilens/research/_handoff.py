@@ -21,13 +21,13 @@ UTC_MS = pl.Datetime("ms", "UTC")
 
 def _pandas(extra: str) -> Any:
     try:
-        import pandas  # noqa: F401
-        import pyarrow  # noqa: F401
+        import pandas  # type: ignore[import-untyped]  # noqa: F401
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
     except ImportError as error:
         raise ImportError(
             f'this hand-off needs pandas and pyarrow ({error.name} is not installed): pip install "defilens[{extra}]"'
         ) from None
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     return pd
 
@@ -45,7 +45,7 @@ def _wide_prices(pd: Any, bars: pl.DataFrame, step: dt.timedelta) -> Any:
     """One row per round of the whole grid (a missing round is a row of NaN, never a copy of
     the round before), one column per token; the index is tz-aware UTC."""
     first, last = bars["bar"].min(), bars["bar"].max()
-    grid = pl.datetime_range(first, last, step, eager=True, time_unit="ms", time_zone="UTC").alias("bar")
+    grid = pl.datetime_range(first, last, step, eager=True, time_unit="ms", time_zone="UTC").alias("bar")  # type: ignore[call-overload]
     wide = (
         grid.to_frame()
         .join(bars.pivot(on="token", index="bar", values="price", sort_columns=True), on="bar", how="left")

@@ -235,9 +235,10 @@ def forward_returns(
     first, last = bars["fetched_at"].min(), bars["fetched_at"].max()
     last_bar = bars["bar"].max()
     times = frame[knowable].cast(UTC_MS)
-    if times.drop_nulls().len() and (times.max() < first or times.min() > last):  # type: ignore[operator]
+    earliest, latest = times.min(), times.max()
+    if earliest is not None and (latest < first or earliest > last):  # type: ignore[operator]
         raise ValueError(
-            f"the decisions ({times.min()} to {times.max()}) lie outside the history's prices ({first} to {last})"
+            f"the decisions ({earliest!s} to {latest!s}) lie outside the history's prices ({first!s} to {last!s})"
         )
 
     keyed = frame.with_row_index("_decision").with_columns(pl.col(knowable).cast(UTC_MS).alias("_knowable"))

@@ -174,7 +174,7 @@ def lookahead_check(
         first, last = _span(source, storage_options)
         moments = cut_moments(first, last, cuts)
     else:
-        moments = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in cuts]
+        moments = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in cuts]  # type: ignore[union-attr]
         if not moments:
             raise ValueError("cuts is empty: give a number of cuts or the moments to cut at")
 
