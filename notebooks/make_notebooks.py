@@ -290,7 +290,7 @@ import defilens
 # stands still, and the collector moves it from round to round: this takes seconds, not days).
 # The Sandbox's prices are random walks: no signal can work here, so a study that finds one has
 # a bug. That makes it the place to try a pipeline before trusting it on real data.
-sandbox = defilens.testing.Sandbox(seed=7, now="2026-01-05T00:00:00Z")
+sandbox = defilens.testing.Sandbox(seed=0, now="2026-01-05T00:00:00Z")
 client = defilens.Client(base_url=sandbox)
 root = "study-history"
 import shutil; shutil.rmtree(root, ignore_errors=True)
@@ -298,7 +298,7 @@ client.collect([f"coin-{i}" for i in range(30)], "30m", count=192, out=root, mar
 defilens.scan(root, "snapshot").select(pl.len().alias("fetches"), pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last")).collect()"""
 
 STUDY_SIGNAL = """def rsi_signal(root):
-    \\"\\"\\"rsi14 on 1h candles, as it was knowable at each hour.\\"\\"\\"
+    # rsi14 on 1h candles, as it was knowable at each hour
     return defilens.asof(root, defilens.decision_times(root, "1h"), intervals="1h", indicators="rsi14")
 
 signal = rsi_signal(root)
@@ -311,7 +311,7 @@ verdict"""
 STUDY_PLOT = """verdict.plot();"""
 
 STUDY_LEAK = """def leaky_rsi(root):
-    \\"\\"\\"The same RSI, with each candle's value stamped at its open: a candle's close read as its open.\\"\\"\\"
+    # the same RSI, each candle's value stamped at its open: a candle's close read as its open
     grid = defilens.decision_times(root, "1h")
     candles = defilens.panel(root, intervals="1h", indicators="rsi14").select("token", "candle_open", "value").collect().sort("candle_open")
     decisions = grid.to_frame().join(candles.select("token").unique(), how="cross").sort("at")
@@ -331,10 +331,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     data = alphalens.utils.get_clean_factor_and_forward_returns(factor, prices, periods=(2, 8), quantiles=5, max_loss=1.0)
     theirs = alphalens.performance.factor_information_coefficient(data)
-# alphalens counts rounds (30 minutes here): 2 rounds is our 1h, 8 rounds our 4h.
+# alphalens counts rounds (30 minutes here): 2 rounds is our 1h, 8 rounds our 4h (it names them so).
 ours = verdict.ic.with_columns((pl.col("at") + pl.duration(minutes=30)).alias("date"))
 compare = ours.filter(pl.col("horizon") == pl.duration(hours=1)).join(
-    pl.from_pandas(theirs.reset_index()).select(pl.col("date").cast(pl.Datetime("ms", "UTC")), pl.col("2D").alias("alphalens_ic")), on="date")
+    pl.from_pandas(theirs.reset_index()).select(pl.col("date").cast(pl.Datetime("ms", "UTC")), pl.col("1h").alias("alphalens_ic")), on="date")
 compare.select("date", "ic", "alphalens_ic", (pl.col("ic") - pl.col("alphalens_ic")).abs().max().alias("largest difference")).head(3)"""
 
 STUDY_VECTORBT = """import vectorbt as vbt  # the first Portfolio call compiles with numba: about 30 s once
@@ -390,7 +390,7 @@ NOTEBOOKS["06_study.ipynb"] = [
     ),
     new_code_cell(STUDY_SIGNAL),
     new_markdown_cell(
-        "## The evaluation\n\nRank IC per decision, its mean, and a t-statistic corrected for overlap (Newey-West, lags = horizon / decision spacing). On a random walk the verdict should be: nothing."
+        "## The evaluation\n\nRank IC per decision, its mean, and a t-statistic corrected for overlap (Newey-West, lags = horizon / decision spacing). On a random walk the verdict should be: nothing. (Not always: by chance, about one random walk in twenty shows |t| > 2 at a given horizon; that is what a 5% test means, and why a verdict asks for data the signal was not chosen on.)"
     ),
     new_code_cell(STUDY_EVALUATE),
     new_code_cell(STUDY_PLOT),
@@ -398,6 +398,7 @@ NOTEBOOKS["06_study.ipynb"] = [
         "## The same study, with a candle's close read as its open\n\nLibraries that stamp candles at their open (ccxt, freqtrade) invite this: the value of the candle that opened at the decision time is used, though it is only known when that candle closes. With rounds every 30 minutes the entry comes before that close, so the signal sees part of the return it is judged on, and a random walk suddenly looks predictable."
     ),
     new_code_cell(STUDY_LEAK),
+    new_code_cell("leaked.plot();"),
     new_markdown_cell(
         "The look-ahead check re-runs the study on the history cut at several moments, and flags every value stamped before a cut that changes when the rows after it are removed. The leaky study fails at every cut; the honest one passes."
     ),
