@@ -151,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
         "with a running one's id is refused",
     )
     coll.add_argument(
+        "--universe",
+        metavar="TEXT",
+        help="the rule that chose these tokens (e.g. 'top 100 by market cap on 2026-03-01'), recorded verbatim with "
+        "the collector's settings in every round (defilens.history.settings reads it back)",
+    )
+    coll.add_argument(
         "--audit", action="store_true", help="print the history's audit summary each time a day (UTC) closes"
     )
     storage_option(coll)
@@ -536,6 +542,7 @@ def _collect(args: argparse.Namespace) -> int:
                 compact=args.compact,
                 storage_options=options,
                 collector_id=args.collector_id,
+                universe=args.universe,
             )
         except InterruptedCommit:
             # Ctrl-C twice: the calls into delta-rs and obstore under way are left unfinished (as by a kill -9,
