@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 import polars as pl
 
 from .._core import __version__
-from ._root import PathLike
+from ._root import PathLike, Root
 from ._rounds import SETTINGS_KEY
 from ._scan import commits, open_for_reading
 from ._tables import load
@@ -128,11 +128,14 @@ def inferred_every(starts: pl.Series) -> Optional[dt.timedelta]:
     return None if median is None else dt.timedelta(milliseconds=round(float(median)))  # type: ignore[arg-type]
 
 
-def runs_of(info: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
-    """One row a run from the commit info of a table's rounds (`SETTINGS_SCHEMA`), by first start."""
+def runs_of(info: Sequence[Mapping[str, Any]], spacing: bool = False) -> pl.DataFrame:
+    """One row a run from the commit info of a table's rounds (`SETTINGS_SCHEMA`), by first start;
+    with ``spacing``, also ``spacing``: the median time between the starts of its rounds (None
+    for a run of one round)."""
+    schema = {**SETTINGS_SCHEMA, "spacing": pl.Duration("ms")} if spacing else SETTINGS_SCHEMA
     rows = _rounds(info)
     if not rows:
-        return pl.DataFrame(schema=SETTINGS_SCHEMA)
+        return pl.DataFrame(schema=schema)
     rounds = (
         pl.DataFrame(
             rows,
@@ -159,6 +162,7 @@ def runs_of(info: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
         text = run["settings"][0]
         recorded: Dict[str, Any] = json.loads(text) if text else {}
         every = recorded.get("every_seconds")
+        kept = inferred_every(run["start"])
         out.append(
             {
                 "collector": collector,
@@ -167,14 +171,15 @@ def runs_of(info: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
                 "rounds": run.height,
                 "first_start": run["start"].min(),
                 "last_start": run["start"].max(),
-                "every": dt.timedelta(seconds=float(every)) if every is not None else inferred_every(run["start"]),
+                "every": dt.timedelta(seconds=float(every)) if every is not None else kept,
                 "source": "recorded" if every is not None else "inferred",
                 **{key: recorded.get(key) for key in ("ids", "ids_count", "ids_hash", "markets", "raw", "clock")},
                 "version": recorded.get("version"),
                 "universe": recorded.get("universe"),
+                **({"spacing": kept} if spacing else {}),
             }
         )
-    return pl.DataFrame(out, schema=SETTINGS_SCHEMA, orient="row").sort("first_start", "collector")
+    return pl.DataFrame(out, schema=schema, orient="row").sort("first_start", "collector")
 
 
 def settings(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> pl.DataFrame:
@@ -191,8 +196,12 @@ def settings(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = N
     it reaches as far back as the tables' log is kept (`defilens.compact` removes entries older
     than its retention). A history with no round in its kept log gives no rows.
     """
-    root = open_for_reading(path, storage_options)
+    return runs(open_for_reading(path, storage_options))
+
+
+def runs(root: Root, spacing: bool = False) -> pl.DataFrame:
+    """`settings` of an opened root (`runs_of`)."""
     table = load(root, SOURCE_TABLE)
     if table is None:
-        return pl.DataFrame(schema=SETTINGS_SCHEMA)
-    return runs_of([commit.info for commit in commits(root, SOURCE_TABLE, table)])
+        return runs_of([], spacing)
+    return runs_of([commit.info for commit in commits(root, SOURCE_TABLE, table)], spacing)
