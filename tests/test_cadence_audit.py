@@ -256,3 +256,29 @@ def test_the_collect_command_takes_a_universe(tmp_path: Path) -> None:
     run = settings(root).row(0, named=True)
     assert run["universe"] == "whatever I typed, verbatim: top-100 @ 2026"
     assert run["clock"] == "wall" and run["every"] == dt.timedelta(seconds=1)
+
+
+def test_a_spooled_round_keeps_its_settings_and_one_of_earlier_versions_has_none() -> None:
+    import io
+    import zipfile
+
+    from defilens.history._rounds import SETTINGS_KEY, Round
+
+    empty = pl.DataFrame({"token": ["bitcoin"]})
+    recorded = {"every_seconds": 900.0, "universe": "top 2", "ids": TOKENS}
+    round_ = Round("c", 3, START, empty, empty, False, recorded)
+    back = Round.from_bytes(round_.to_bytes())
+    assert back.settings == recorded
+    assert json.loads(back.metadata[SETTINGS_KEY]) == recorded
+    # A round spooled by an earlier version: no settings in its round.json.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(round_.to_bytes())) as old, zipfile.ZipFile(buffer, "w") as new:
+        for name in old.namelist():
+            data = old.read(name)
+            if name == "round.json":
+                meta = json.loads(data)
+                del meta["settings"]
+                data = json.dumps(meta).encode()
+            new.writestr(name, data)
+    earlier = Round.from_bytes(buffer.getvalue())
+    assert earlier.settings is None and SETTINGS_KEY not in earlier.metadata
