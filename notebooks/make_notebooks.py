@@ -229,20 +229,29 @@ print(defilens.scan(root, "snapshot").select(pl.len()).collect().item(), "listin
 
 RESEARCH_AUDIT = """report = defilens.audit(root)
 print(report)
-coverage = report.coverage.with_columns(pl.col("interval").cast(pl.String), (pl.col("missing") / pl.col("expected")).alias("share"))
-share = coverage.pivot(on="interval", index="token", values="share").sort("token")
-counts = coverage.pivot(on="interval", index="token", values="missing").sort("token")
-intervals = [c for c in ["5m", "15m", "1h", "24h", "1w"] if c in share.columns]
+# Colour: the observable closes missed (a round fell, or should have fallen, in the close's window and
+# did not see it). The closes an hourly round cannot see (11 in 12 of the 5m ones) are `unobservable`,
+# not missed: they are in the table below, not in the colour.
+coverage = report.coverage.with_columns(pl.col("interval").cast(pl.String))
+missed = coverage.pivot(on="interval", index="token", values="missed").sort("token")
+observable = coverage.pivot(on="interval", index="token", values="observable").sort("token")
+intervals = [c for c in ["5m", "15m", "1h", "24h", "1w"] if c in missed.columns]
 fig, ax = plt.subplots(figsize=(6, 3))
-image = ax.imshow(share.select(intervals).to_numpy(), cmap="Reds", aspect="auto", vmin=0, vmax=1)
-for row, token in enumerate(counts["token"]):
+counts = missed.select(intervals).to_numpy()
+image = ax.imshow(counts, cmap="Reds", aspect="auto", vmin=0)
+for row, token in enumerate(missed["token"]):
     for column, interval in enumerate(intervals):
-        ax.text(column, row, counts[interval][row], ha="center", va="center", fontsize=8)
+        dark = counts[row, column] > counts.max() / 2
+        ax.text(column, row, f"{missed[interval][row]}/{observable[interval][row]}", ha="center", va="center", fontsize=7, color="white" if dark else "black")
 ax.set_xticks(range(len(intervals)), intervals)
-ax.set_yticks(range(share.height), share["token"].to_list())
-ax.set_title("candle closes missing (count; colour: share of expected)")
-fig.colorbar(image, label="share missing")
-plt.show()"""
+ax.set_yticks(range(missed.height), missed["token"].to_list())
+ax.set_title("observable candle closes missed (missed/observable)")
+fig.colorbar(image, label="closes missed")
+plt.show()
+coverage.filter(pl.col("token") == "bitcoin").select("interval", "expected", "seen", "observable", "missed", "unobservable")"""
+
+RESEARCH_SETTINGS = """# What collected the history: one row a run, from the Delta commit info of its rounds.
+defilens.history.settings(root).select("first_start", "last_start", "rounds", "every", "source", "ids_count", "clock")"""
 
 RESEARCH_PANEL = """panel = defilens.panel(root, intervals="1h", indicators="rsi14")
 panel.select("token", "candle_open", "candle_close", "first_seen_at", "lag", "value", "revisions").sort("token", "candle_close").collect().head(8)"""
@@ -357,9 +366,13 @@ NOTEBOOKS["05_research.ipynb"] = [
     ),
     new_code_cell(RESEARCH_SETUP),
     new_markdown_cell(
-        "## The audit: coverage, gaps, failures\n\nRounds an hour apart can see one 5m close in twelve and one 15m close in four: the audit counts the others as missing, as it should. The six-hour pause is the 6 missing 1h closes of every token. The whole history is on the Sandbox's simulated clock, so no fetch is stale."
+        "## The audit: coverage, gaps, failures\n\nEvery round's commits record the collector's settings, so the audit knows the cadence: rounds an hour apart can see one 5m close in twelve and one 15m close in four, and the others are `unobservable`, not missed. The six-hour pause is what was missed: the 6 closes of each of 5m, 15m and 1h that the six hourly rounds not made would have seen, for every token. The whole history is on the Sandbox's simulated clock, so no fetch is stale."
     ),
     new_code_cell(RESEARCH_AUDIT),
+    new_markdown_cell(
+        "The settings the audit read its cadence from: two runs (the collector was started twice), both every hour. A history collected by an earlier version records none; the audit then infers the cadence from the rounds and says so."
+    ),
+    new_code_cell(RESEARCH_SETTINGS),
     new_markdown_cell(
         "## The point-in-time panel\n\nOne row per candle: when it was first seen (`first_seen_at`), the candle it belongs to (`candle_close`, `candle_open`: the service's time), how late it was seen (`lag`: two minutes here, the rounds poll two minutes after each close), and how many values the service gave for it (`revisions`)."
     ),

@@ -6,11 +6,13 @@ after new rounds, after a compaction, and never from a summary cut off half-writ
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 import zlib
 from pathlib import Path
 from typing import Dict, List
 
+import numpy as np
 import polars as pl
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -93,6 +95,87 @@ def _write(root: Path, moments: List[dt.datetime], rng: random.Random, tidy: boo
         write_deltalake(str(root / "indicators"), to_disk(ind), mode="append", partition_by=["date"])
 
 
+def _cadence_reference(closes: pl.DataFrame) -> Dict[str, pl.DataFrame]:
+    """Observable and missed closes, the plain way: these histories record no settings, so the
+    cadence is the median time between a token's fetches; a token's fetches further apart than
+    1.5 cadences lack the rounds between, on the cadence's grid; a close is observable when one of
+    those rounds, or a fetch that did not show it (stale, or no close), fell in its window."""
+    by_token: Dict[str, List[dt.datetime]] = {}
+    for token, fetched in (
+        closes.filter(pl.col("updated_at").is_not_null()).select("token", "fetched_at").unique().rows()
+    ):
+        by_token.setdefault(token, []).append(fetched)
+    steps = []
+    for moments in by_token.values():
+        moments.sort()
+        steps += [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(moments) if b > a]
+    every = dt.timedelta(milliseconds=round(float(np.median(steps))))
+    not_made: Dict[str, List[dt.datetime]] = {}
+    for token, moments in by_token.items():
+        for a, b in itertools.pairwise(moments):
+            if b - a > 1.5 * every:
+                for k in range(1, max(1, round((b - a) / every) - 1) + 1):
+                    not_made.setdefault(token, []).append(a + k * every)
+    rows = []
+    gap_rows = []
+    for (token, interval), group in closes.group_by("token", "interval"):
+        length = dt.timedelta(milliseconds=INTERVAL_MS[str(interval)])
+        seen = set(group["updated_at"].drop_nulls().to_list())
+        if not seen:
+            continue
+        first, last = min(seen), max(seen)
+        behind = [f for f, u in group.select("fetched_at", "updated_at").rows() if u is None or f - u > length]
+        observable = set(seen)
+        for moment in not_made.get(str(token), []) + behind:
+            close = first + (moment - first) // length * length
+            if first <= close <= last:
+                observable.add(close)
+        grid = [first + k * length for k in range((last - first) // length + 1)]
+        run: List[dt.datetime] = []
+        for close in grid + [None]:
+            if close is not None and close not in seen:
+                run.append(close)
+                continue
+            missed = [c for c in run if c in observable]
+            if missed:
+                gap_rows.append((token, interval, missed[0], missed[-1], len(missed)))
+            run = []
+        expected = len(grid)
+        rows.append(
+            (
+                token,
+                interval,
+                expected,
+                len(seen),
+                expected - len(seen),
+                len(observable),
+                len(observable) - len(seen),
+                expected - len(observable),
+            )
+        )
+    coverage = pl.DataFrame(
+        rows,
+        schema={
+            "token": pl.String,
+            "interval": closes.schema["interval"],
+            **dict.fromkeys(["expected", "seen", "missing", "observable", "missed", "unobservable"], pl.Int64),
+        },
+        orient="row",
+    ).sort("token", "interval")
+    gaps = pl.DataFrame(
+        gap_rows,
+        schema={
+            "token": pl.String,
+            "interval": closes.schema["interval"],
+            "gap_start": UTC_MS,
+            "gap_end": UTC_MS,
+            "missing": pl.Int64,
+        },
+        orient="row",
+    ).sort("token", "interval", "gap_start")
+    return {"coverage": coverage, "gaps": gaps}
+
+
 def _reference(root: Path) -> Dict[str, pl.DataFrame]:
     """The audit's frames computed from every row, the plain way."""
     step = pl.col("interval").cast(pl.String).replace_strict(INTERVAL_MS, return_dtype=pl.Int64)
@@ -134,11 +217,27 @@ def _reference(root: Path) -> Dict[str, pl.DataFrame]:
         .collect()
         .sort("token", "interval", "indicator", "candle_close")
     )
-    return {"coverage": coverage, "gaps": gaps, "stale": stale, "revisions": revisions}
+    every_close = {"coverage": coverage, "gaps": gaps}
+    return {
+        **_cadence_reference(defilens.scan(root, "ta_updated").collect()),
+        "stale": stale,
+        "revisions": revisions,
+        "every_close": every_close,
+    }
+
+
+def _assert_every_close(report: defilens.Audit, reference: Dict[str, pl.DataFrame]) -> None:
+    """With every close expected, the audit is the one of earlier versions."""
+    expected = reference["every_close"]
+    assert report.coverage.select(expected["coverage"].columns).equals(expected["coverage"])
+    assert report.coverage["missed"].equals(report.coverage["missing"])
+    assert report.gaps.equals(expected["gaps"])
 
 
 def _assert_equal(report: defilens.Audit, reference: Dict[str, pl.DataFrame]) -> None:
     for name, expected in reference.items():
+        if name == "every_close":
+            continue
         found = getattr(report, name)
         assert found.schema == expected.schema, name
         assert found.equals(expected), (name, found, expected)
@@ -162,6 +261,8 @@ def test_the_stitched_audit_equals_one_from_every_row(tmp_path: Path, seed: int)
     assert days >= 5
     warm = defilens.audit(root)  # from the kept summaries alone
     _assert_equal(warm, reference)
+    _assert_every_close(defilens.audit(root, expect="every"), reference)
+    assert warm.cadence["source"].to_list() == ["inferred"]
     assert _days_summarized(root) == days
     assert defilens.audit(root, cache=False).coverage.equals(reference["coverage"])
 

@@ -116,7 +116,7 @@ def test_audit_finds_the_hole_the_failures_and_says_so_on_one_screen(history: Pa
     assert (gap["gap_start"].hour, gap["gap_end"].hour, gap["missing"]) == (13, 17, 5)
     assert report.failures.filter(pl.col("token") == "unknown-x")["rounds"].sum() == 12  # 6 rounds x 2 endpoints
     text = str(report)
-    assert "coverage:" in text and "most missing:" in text and "unknown-x" in text
+    assert "coverage:" in text and "most missed:" in text and "unknown-x" in text
     assert len(text.splitlines()) <= 8
 
 
@@ -249,7 +249,7 @@ def test_an_empty_history_and_one_without_ta_updated(tmp_path: Path) -> None:
         defilens.Client(base_url=sandbox.url).collect(["unknown-a"], "0.01s", count=1, out=root, max_failed_rounds=5)
     report = defilens.audit(root)
     assert report.coverage.height == 0 and report.failures.height == 2
-    assert "0 of 0 candle closes" in str(report)
+    assert "0 of 0 observable candle closes" in str(report)
     assert defilens.panel(root).collect().height == 0
     with pytest.raises(defilens.HistoryError, match="has no indicators or ta_updated table"):
         defilens.asof(root, dt.datetime.now(UTC))

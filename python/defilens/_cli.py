@@ -28,6 +28,7 @@ from .history._collect import prepare as prepare_root
 from .history._liveness import check_collector_id
 from .history._tables import COMMIT_THREADS, one_line
 from .research import audit
+from .research._scope import CANDLE_INTERVALS
 from .testing import Sandbox
 
 #: Exit codes: 0 done (with --strict: nothing failed), 1 an error or nothing fetched, 2 bad usage,
@@ -151,6 +152,12 @@ def _parser() -> argparse.ArgumentParser:
         "with a running one's id is refused",
     )
     coll.add_argument(
+        "--universe",
+        metavar="TEXT",
+        help="the rule that chose these tokens (e.g. 'top 100 by market cap on 2026-03-01'), recorded verbatim with "
+        "the collector's settings in every round (defilens.history.settings reads it back)",
+    )
+    coll.add_argument(
         "--audit", action="store_true", help="print the history's audit summary each time a day (UTC) closes"
     )
     storage_option(coll)
@@ -181,13 +188,27 @@ def _parser() -> argparse.ArgumentParser:
         "audit",
         help="report a history's coverage, gaps, failures, stale fetches and repainted candles",
         description=(
-            "Audit a collected history: candle closes expected, seen and missing per token and interval, the gaps, "
-            "failed requests, stale fetches and repainted candles. With --max-missing N, exit 1 when a token and "
-            "interval misses more than N candles (for cron jobs and CI)."
+            "Audit a collected history: candle closes observable at the rounds' cadence, seen, missed and "
+            "unobservable per token and interval, the gaps, failed requests, stale fetches and repainted candles. "
+            "The cadence is the one each run recorded (or inferred from the rounds of a history that recorded "
+            "none); --expect replaces it. With --max-missing N, exit 1 when a token and interval missed more than "
+            "N observable closes (for cron jobs and CI)."
         ),
     )
     history_folder(aud)
-    aud.add_argument("--max-missing", type=int, metavar="N", help="exit 1 when a token and interval misses more than N")
+    aud.add_argument(
+        "--max-missing",
+        type=int,
+        metavar="N",
+        help="exit 1 when a token and interval missed more than N observable candle closes",
+    )
+    aud.add_argument(
+        "--expect",
+        action="append",
+        metavar="RULE",
+        help="what to expect instead of the recorded cadence: 'every' (every close), a cadence ('15m'), or "
+        "INTERVAL=every|none|CADENCE for one interval ('5m=none'); repeatable",
+    )
     aud.add_argument(
         "--no-cache",
         action="store_true",
@@ -536,6 +557,7 @@ def _collect(args: argparse.Namespace) -> int:
                 compact=args.compact,
                 storage_options=options,
                 collector_id=args.collector_id,
+                universe=args.universe,
             )
         except InterruptedCommit:
             # Ctrl-C twice: the calls into delta-rs and obstore under way are left unfinished (as by a kill -9,
@@ -578,17 +600,35 @@ def _compact(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if args.max_missing is not None and args.max_missing < 0:
         raise ValueError(f"--max-missing must be 0 or more, got {args.max_missing}")
-    report = audit(args.folder, storage_options=_storage_options(args), cache=not args.no_cache)
+    report = audit(
+        args.folder, storage_options=_storage_options(args), cache=not args.no_cache, expect=_expect(args.expect)
+    )
     print(report)
     if args.max_missing is not None and report.max_missing() > args.max_missing:
         worst = report.worst(1).row(0, named=True)
         print(
-            f"defilens: {worst['token']} {worst['interval']} misses {worst['missing']} candles, more than "
-            f"--max-missing {args.max_missing}",
+            f"defilens: {worst['token']} {worst['interval']} misses {worst['missed']} observable candle closes, more "
+            f"than --max-missing {args.max_missing}",
             file=sys.stderr,
         )
         return EXIT_FAILURE
     return 0
+
+
+def _expect(rules: "Optional[list[str]]") -> "Union[str, dict[str, str], None]":
+    """``--expect`` as `audit`'s ``expect``: one rule for every interval, or some per interval (on
+    top of one rule for the others, when one is given too)."""
+    if not rules:
+        return None
+    whole = [rule for rule in rules if "=" not in rule]
+    if len(whole) > 1:
+        raise ValueError(f"--expect without INTERVAL= was given {len(whole)} times ({', '.join(whole)}): give it once")
+    per_interval = dict(rule.split("=", 1) for rule in rules if "=" in rule)
+    if not per_interval:
+        return whole[0]
+    if whole:
+        return {**dict.fromkeys(CANDLE_INTERVALS, whole[0]), **per_interval}
+    return per_interval
 
 
 def _versions(args: argparse.Namespace) -> int:

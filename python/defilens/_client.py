@@ -290,6 +290,7 @@ class Client(_BaseClient):
         compact: bool = False,
         storage_options: Optional[Mapping[str, Any]] = None,
         collector_id: Optional[str] = None,
+        universe: Optional[str] = None,
     ) -> int:
         """Polls ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) into a history of
         Delta tables at ``out``: `defilens.collect` with this client (read it with
@@ -304,7 +305,9 @@ class Client(_BaseClient):
         (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
         permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
         which every request failed raise the last error. ``collector_id`` names the collector
-        (default: a new random id a run; a running collector's id is refused).
+        (default: a new random id a run; a running collector's id is refused). Every round
+        records the collector's settings, with ``universe``: the rule that chose the ids, as you
+        state it (`defilens.history.settings` reads them back).
         """
         from .history import DEFAULT_MAX_FAILED_ROUNDS, collect
 
@@ -322,6 +325,7 @@ class Client(_BaseClient):
             compact=compact,
             storage_options=storage_options,
             collector_id=collector_id,
+            universe=universe,
         )
 
     def __enter__(self) -> "Client":

@@ -12,7 +12,7 @@ import time
 import uuid
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from .. import _waiting
 from .._duration import parse_every
@@ -21,6 +21,7 @@ from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
+from ._settings import check_universe, collector_settings
 from ._spool import Spool
 from ._tables import COMMIT_THREADS, TABLES, commit_round, load
 
@@ -239,6 +240,7 @@ def collect(
     compact: bool = False,
     storage_options: Optional[Mapping[str, Any]] = None,
     collector_id: Optional[str] = None,
+    universe: Optional[str] = None,
 ) -> int:
     """Fetches ``token_ids`` every ``every`` and commits each round to the history at ``out``:
     one Delta table a frame (``out/<frame>/``, partitioned by ``date``), read with
@@ -263,6 +265,10 @@ def collect(
     committed stops the collector once the round is in every table (a second one stops at once,
     leaving the round to the next collect).
 
+    Every round's commits record the collector's settings (``every``, the ids, ``markets``,
+    ``raw``, the clock, the version, the collector id, and ``universe``: the rule that chose the
+    ids, as you state it, verbatim), read back with `defilens.history.settings`.
+
     Fails loudly: an authentication or permission failure raises at once, and
     ``max_failed_rounds`` rounds in a row in which every request failed raise the last error.
     Failures of single tokens never stop it. Needs the history extra (``pip install deltalake obstore``).
@@ -276,6 +282,9 @@ def collect(
     if not ids:
         raise ValueError("collect needs at least one token id")
     app_id = new_collector_id() if collector_id is None else check_collector_id(collector_id)
+    recorded = collector_settings(
+        client, ids, interval, markets=markets, raw=raw, collector=app_id, universe=check_universe(universe)
+    )
     root = prepare(out, storage_options)
     with collector_running(root, app_id) as running:
         return _collect_rounds(
@@ -293,6 +302,7 @@ def collect(
             compact=compact,
             storage_options=storage_options,
             first=0 if collector_id is None else None,
+            settings=recorded,
         )
 
 
@@ -312,6 +322,7 @@ def _collect_rounds(
     compact: bool,
     storage_options: Optional[Mapping[str, Any]],
     first: Optional[int],
+    settings: Optional[Dict[str, Any]] = None,
 ) -> int:
     app_id = running.app_id
     spool = Spool(root)
@@ -333,7 +344,7 @@ def _collect_rounds(
             # A round in which everything failed is handled below, not warned about each time.
             warnings.simplefilter("ignore", DefiLensWarning)
             frames = client.fetch(ids, markets=markets, progress=progress)
-        round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
+        round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw, settings=settings)
         in_thread(running.check)  # may renew its lease: a call into obstore
         with finishing_commit() as interrupted:
             path = in_thread(spool.put, round_)

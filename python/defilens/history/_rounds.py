@@ -11,7 +11,7 @@ import io
 import json
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import polars as pl
 
@@ -19,12 +19,18 @@ from .. import _core
 from .._frames import Frames
 from ._tables import FETCHED_AT, PARTITION, RAW, UTC_MS, frame_schema
 
+#: The key of a round's commit info that holds the collector's settings, as JSON (read back by
+#: `defilens.history.settings`).
+SETTINGS_KEY = "defilens.settings"
+
 
 @dataclass
 class Round:
     """One poll: ``bodies`` (token, endpoint, fetched_at, status, error, body: every response
     body received, decodable or not), ``log`` (the frames' log), when it started, and whether its
-    bodies are kept in the raw table. ``app_id`` and ``number`` name it in every table's commit."""
+    bodies are kept in the raw table. ``app_id`` and ``number`` name it in every table's commit,
+    which also records ``settings``, the collector's (`defilens.history.settings`; None for rounds
+    of earlier versions)."""
 
     app_id: str
     number: int
@@ -32,15 +38,19 @@ class Round:
     bodies: pl.DataFrame
     log: pl.DataFrame
     keep_raw: bool
+    settings: Optional[Dict[str, Any]] = None
 
     @property
     def metadata(self) -> Dict[str, str]:
         """What each table's commit of this round records beside its app transaction."""
-        return {
+        metadata = {
             "defilens.collector": self.app_id,
             "defilens.round": str(self.number),
             "defilens.round_start": self.started.isoformat(),
         }
+        if self.settings is not None:
+            metadata[SETTINGS_KEY] = json.dumps(self.settings, sort_keys=True)
+        return metadata
 
     # -- the spool's format: one zip of two Parquet files and the round's metadata --------------
 
@@ -56,6 +66,7 @@ class Round:
                 "number": self.number,
                 "started": self.started.isoformat(),
                 "keep_raw": self.keep_raw,
+                "settings": self.settings,
             }
             archive.writestr("round.json", json.dumps(meta))
         return buffer.getvalue()
@@ -69,14 +80,24 @@ class Round:
                 bodies = pl.read_parquet(io.BytesIO(archive.read("bodies.parquet")))
                 log = pl.read_parquet(io.BytesIO(archive.read("log.parquet")))
             started = dt.datetime.fromisoformat(meta["started"])
-            return cls(str(meta["app_id"]), int(meta["number"]), started, bodies, log, bool(meta["keep_raw"]))
+            settings = meta.get("settings")  # rounds spooled by earlier versions have none
+            if settings is not None and not isinstance(settings, dict):
+                raise ValueError(f"settings are {type(settings).__name__}, not an object")
+            return cls(str(meta["app_id"]), int(meta["number"]), started, bodies, log, bool(meta["keep_raw"]), settings)
         except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, pl.exceptions.PolarsError) as error:
             raise ValueError(f"not a spooled round ({type(error).__name__}: {error})") from None
 
 
-def round_of_fetch(frames: Frames, app_id: str, number: int, started: dt.datetime, keep_raw: bool) -> Round:
+def round_of_fetch(
+    frames: Frames,
+    app_id: str,
+    number: int,
+    started: dt.datetime,
+    keep_raw: bool,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Round:
     """The round a `Client.fetch` gave: every body received (`Frames.bodies`) and the log."""
-    return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw)
+    return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw, settings)
 
 
 def _parse(bodies: pl.DataFrame, endpoint: str) -> Tuple[Dict[str, pl.DataFrame], int]:

@@ -3,7 +3,7 @@ repainted values, per token and interval, with a one-screen summary."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional, Tuple
 
 import polars as pl
@@ -11,6 +11,7 @@ import polars as pl
 from .._exceptions import HistoryError
 from ..history._root import PathLike, Root
 from ..history._scan import history_cut, open_for_reading, scan_table
+from ._cadence import CADENCE_SCHEMA, Expect, cadence_of, describe, expectations, missed_closes
 from ._day_summaries import day_summaries, gaps_of, step
 from ._panel import VALUE_COLUMNS, per_candle
 from ._scope import candle_times
@@ -24,14 +25,23 @@ class Audit:
 
     Attributes:
         coverage: per (token, interval): ``expected`` candle closes between the first and last
-            seen, ``seen``, ``missing``.
-        gaps: each run of candle closes never seen: token, interval, gap_start, gap_end, missing.
+            seen, ``seen``, ``missing`` (expected and not seen), ``observable`` (those a round
+            fell on or should have: `cadence`), ``missed`` (observable and not seen) and
+            ``unobservable`` (closes no round of the cadence could see: ``missing = missed +
+            unobservable``).
+        gaps: each run of missed candle closes: token, interval, gap_start and gap_end (the first
+            and last missed close of a run of closes never seen), missing (how many were missed;
+            closes the cadence could not see are not counted).
         failures: failed requests from ``log``: token, endpoint, kind, rounds (how many).
         stale: fetches whose ``fetched_at - updated_at`` exceeds the interval: token, interval,
             fetched_at, updated_at, behind.
         revisions: repainted candles (more than one value for the same candle), as `panel` gives
             them: token, interval, indicator, candle_close, candle_open, first_seen_at, value,
             last_value, revisions, lag.
+        cadence: the runs the audit assumed, oldest first: collector, first_start, last_start,
+            every, source (``"recorded"`` in the history's commits, or ``"inferred"`` from the
+            rounds of a history that recorded no settings).
+        assumed: the summary's line on the cadence and what ``expect=`` changed.
     """
 
     coverage: pl.DataFrame
@@ -39,38 +49,46 @@ class Audit:
     failures: pl.DataFrame
     stale: pl.DataFrame
     revisions: pl.DataFrame
+    cadence: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CADENCE_SCHEMA))
+    assumed: str = ""
 
     def worst(self, n: int = 5) -> pl.DataFrame:
-        """The (token, interval) pairs that miss the most candles."""
-        return self.coverage.filter(pl.col("missing") > 0).sort("missing", "token", descending=[True, False]).head(n)
+        """The (token, interval) pairs that missed the most observable candle closes."""
+        return self.coverage.filter(pl.col("missed") > 0).sort("missed", "token", descending=[True, False]).head(n)
 
     def max_missing(self) -> int:
-        worst = self.coverage["missing"].max() if self.coverage.height else 0
+        """The most observable candle closes one (token, interval) missed (what ``defilens audit
+        --max-missing`` compares)."""
+        worst = self.coverage["missed"].max() if self.coverage.height else 0
         return int(worst) if isinstance(worst, int) else 0
 
     def __str__(self) -> str:
         cov = self.coverage
         lines = []
         tokens = cov["token"].n_unique() if cov.height else 0
-        expected = int(cov["expected"].sum() or 0)
+        observable = int(cov["observable"].sum() or 0)
         seen = int(cov["seen"].sum() or 0)
-        share = f"{seen / expected:.1%}" if expected else "-"
+        unobservable = int(cov["unobservable"].sum() or 0)
+        share = f"{seen / observable:.1%}" if observable else "-"
+        if self.assumed:
+            lines.append(self.assumed)
         lines.append(
-            f"coverage: {seen:,} of {expected:,} candle closes seen ({share}) across {tokens} tokens and "
-            f"{cov.height} token-interval pairs; {self.gaps.height} gaps"
+            f"coverage: {seen:,} of {observable:,} observable candle closes seen ({share}) across {tokens} tokens and "
+            f"{cov.height} token-interval pairs; {self.gaps.height} gaps; {unobservable:,} closes unobservable at "
+            "this cadence (not counted)"
         )
         worst = self.worst()
         if worst.height:
             lines.append(
-                "most missing: "
-                + ", ".join(f"{t} {i} ({m})" for t, i, m in worst.select("token", "interval", "missing").iter_rows())
+                "most missed: "
+                + ", ".join(f"{t} {i} ({m})" for t, i, m in worst.select("token", "interval", "missed").iter_rows())
             )
             by_interval = (
-                cov.group_by("interval").agg(pl.col("missing").sum()).filter(pl.col("missing") > 0).sort("interval")
+                cov.group_by("interval").agg(pl.col("missed").sum()).filter(pl.col("missed") > 0).sort("interval")
             )
-            lines.append("missing by interval: " + ", ".join(f"{i} {m}" for i, m in by_interval.iter_rows()))
+            lines.append("missed by interval: " + ", ".join(f"{i} {m}" for i, m in by_interval.iter_rows()))
         else:
-            lines.append("no candle missing between the first and last seen")
+            lines.append("no observable candle close missed between the first and last seen")
         if self.failures.height:
             by_kind = self.failures.group_by("kind").agg(pl.col("rounds").sum()).sort("rounds", descending=True)
             worst_tokens = (
@@ -90,7 +108,7 @@ class Audit:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Audit {self.coverage.height} token-interval pairs, {self.gaps.height} gaps, max missing {self.max_missing()}>"
+        return f"<Audit {self.coverage.height} token-interval pairs, {self.gaps.height} gaps, max missed {self.max_missing()}>"
 
 
 def audit(
@@ -99,10 +117,21 @@ def audit(
     storage_options: Optional[Mapping[str, Any]] = None,
     cache: bool = True,
     progress: Optional[bool] = None,
+    expect: Expect = None,
 ) -> Audit:
     """Audits the history at ``source``: coverage and gaps of the candle closes seen per token and
     interval (from ``ta_updated``), failed requests (from ``log``), stale fetches, and repainted
     candles (the rows of `panel` with more than one value). An empty history gives empty frames.
+
+    The audit knows the cadence: a close is observable when a round fell inside the window in
+    which it was the current candle, or should have (a round not made: a pause, a killed round, a
+    failed request). Rounds every 15 minutes cannot see two 5m closes in three: those are
+    ``unobservable``, not missed. The cadence is each run's own, as its commits recorded it
+    (`defilens.history.settings`), or inferred from the rounds of a history that recorded none;
+    the summary says which. ``expect`` replaces it: ``"every"`` (every close between the first
+    and last seen is expected), ``"none"``, a cadence (``"1h"``, seconds, a timedelta), or a
+    mapping of candle intervals to those (``{"5m": "none", "1h": "every"}``; an interval left out
+    keeps the runs' cadence).
 
     Each day of the history is summarized once and the summaries are kept under
     ``source/_audit/`` (``cache=False``: neither read nor kept); a day is summarized again when
@@ -115,6 +144,7 @@ def audit(
             "audit cannot run inside a look-ahead check: it reads its day summaries, which a cut history does not "
             "have; check the study's signals (scan, panel, asof), not its audit"
         )
+    rules = expectations(expect)
     root = open_for_reading(source, storage_options)
     summaries = day_summaries(root, cache=cache, progress=progress)
     spans = summaries["spans"].lazy().with_columns(step().alias("_step"))
@@ -171,7 +201,7 @@ def audit(
         .collect()
     )
     within = summaries["gaps"].drop("date").join(tangled, on=["token", "interval"], how="anti")
-    coverage_parts = [coverage.select(COVERAGE)]
+    coverage_parts = [coverage.select(*COVERAGE, "first")]
     gap_parts = [gaps_of(gaps).collect(), within]
     revision_parts = [candles]
     if tangled.height:
@@ -193,16 +223,41 @@ def audit(
         .sort("rounds", "token", descending=[True, False])
         .collect()
     )
+    cadence = cadence_of(root)
+    counted = pl.concat(coverage_parts)
+    unseen = pl.concat(gap_parts)
+    missed = missed_closes(
+        cadence, rules, counted.select("token", "interval", "first", step().alias("_step")), unseen, stale
+    )
+    per_pair = missed.group_by("token", "interval").agg(pl.col("missed").sum().alias("_missed"))
+    coverage_found = (
+        counted.join(per_pair, on=["token", "interval"], how="left")
+        .with_columns(pl.col("_missed").fill_null(0).cast(pl.Int64).alias("missed"))
+        .with_columns((pl.col("seen") + pl.col("missed")).alias("observable"))
+        .with_columns((pl.col("expected") - pl.col("observable")).alias("unobservable"))
+        .select(*COVERAGE, *CADENCE_COLUMNS)
+    )
+    gaps_found = missed.select(
+        "token",
+        "interval",
+        pl.col("first_missed").alias("gap_start"),
+        pl.col("last_missed").alias("gap_end"),
+        pl.col("missed").alias("missing"),
+    )
     return Audit(
-        pl.concat(coverage_parts).sort("token", "interval"),
-        pl.concat(gap_parts).sort("token", "interval", "gap_start"),
+        coverage_found.sort("token", "interval"),
+        gaps_found.sort("token", "interval", "gap_start"),
         failures,
         stale,
         pl.concat(revision_parts).sort(*KEYS, "candle_close"),
+        cadence.runs,
+        describe(cadence.runs, rules),
     )
 
 
 COVERAGE = ["token", "interval", "expected", "seen", "missing"]
+#: What `audit` adds to ``coverage`` from the cadence.
+CADENCE_COLUMNS = ["observable", "missed", "unobservable"]
 
 
 def _expected() -> List[pl.Expr]:
@@ -237,7 +292,7 @@ def _recomputed(root: Root, pairs: pl.DataFrame) -> Tuple[pl.DataFrame, pl.DataF
             pl.col("_step").first(),
         )
         .with_columns(_expected())
-        .select(COVERAGE)
+        .select(*COVERAGE, "first")
         .collect()
     )
     gaps = gaps_of(
