@@ -50,3 +50,26 @@ def test_a_binding_calling_up_into_python_and_a_circle_are_caught(tmp_path: Path
     assert "import the Python module defilens._frames" in run.stderr
     assert "Rust modules import each other in a circle" in run.stderr and "model" in run.stderr
     assert "Python modules import each other in a circle: defilens._frames <-> defilens._parsing" in run.stderr
+
+
+def test_a_circle_through_super_super_is_caught(tmp_path: Path) -> None:
+    """`super::super::x` names the grandparent's `x` (as rustc resolves it), and a module using
+    its child's items is an edge too: a circle through either is caught."""
+    copy = _copy(tmp_path)
+    # client/limiter.rs -> super::super::batch::job (batch -> client exists already).
+    limiter = copy / "src" / "client" / "limiter.rs"
+    limiter.write_text("use super::super::batch::job::Job;\n" + limiter.read_text())
+    run = _check(copy)
+    assert run.returncode == 1 and "circle" in run.stderr and "batch" in run.stderr and "client" in run.stderr, run.stderr
+
+
+def test_a_parent_using_its_child_is_an_edge(tmp_path: Path) -> None:
+    """model (mod.rs) -> model::interval -> frames -> model: a circle only if the edge from a
+    module to one below it counts, as it must (the parent really uses the child's items)."""
+    copy = _copy(tmp_path)
+    model = copy / "src" / "model" / "mod.rs"
+    model.write_text("use crate::model::interval::INTERVAL_MS as _LENGTHS;\n" + model.read_text())
+    interval = copy / "src" / "model" / "interval.rs"
+    interval.write_text("use crate::frames::FRAME_NAMES;\n" + interval.read_text())
+    run = _check(copy)
+    assert run.returncode == 1 and "circle" in run.stderr and "model" in run.stderr, run.stderr

@@ -8,6 +8,7 @@ use super::market::indicators::{bollinger, macd, rsi, sma};
 use super::market::patterns::{detect, Detected};
 use super::market::universe::{market_cap_rank, TOTAL_MARKET_CAP};
 use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
+use super::random::Rng;
 use super::repaint::provisional_close_factor;
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
 

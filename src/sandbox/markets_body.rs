@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::data::*;
 use super::market::{last_close_ms, TokenMarket};
+use super::random::Rng;
 
 const DAY_MS: i64 = 86_400_000;
 

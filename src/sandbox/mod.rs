@@ -31,6 +31,7 @@ mod listing_body;
 mod market;
 mod markets_body;
 mod precise_timer;
+mod random;
 mod rate_limit;
 mod recording;
 mod repaint;

@@ -3,7 +3,7 @@
 //! `repaint_rate` set, a drawn share of (token, 5-minute close) pairs behave so, which gives
 //! `defilens.panel` and `audit` something real to find.
 
-use super::data::{stable_hash, unit_interval};
+use super::random::{stable_hash, unit_interval};
 
 /// How long after a close a repainting candle's values stay provisional.
 pub const REPAINT_WINDOW_MS: i64 = 60_000;

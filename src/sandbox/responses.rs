@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::clock::Clock;
-use super::data::{stable_hash, unit_interval};
 use super::listing_body::{listing_body, provisional_listing_body};
 use super::market::last_close_ms;
 use super::markets_body::markets_body;
+use super::random::{stable_hash, unit_interval};
 use super::rate_limit::TokenBucket;
 use super::repaint::is_provisional;
 use super::SandboxConfig;

@@ -19,7 +19,7 @@
 //!
 //! Above 64 weeks the trading time is split evenly, so a calendar year is about a trading year.
 
-use super::super::data::{splitmix, stable_hash};
+use super::super::random::{splitmix, stable_hash};
 use crate::model::INTERVAL_MS;
 
 /// A point of the path at a candle boundary.

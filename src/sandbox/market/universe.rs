@@ -2,7 +2,7 @@
 //! get realistic levels (bitcoin in the tens of thousands, stablecoins at $1); any other id gets a plausible small or
 //! mid cap drawn from its hash, so that a screen over many ids sees a realistic spread.
 
-use super::super::data::Rng;
+use super::super::random::Rng;
 
 /// The moment at which a token's `anchor_price` and `anchor_supply` hold. The path moves away from
 /// it in both directions of time.
