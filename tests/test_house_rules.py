@@ -73,3 +73,21 @@ def test_a_parent_using_its_child_is_an_edge(tmp_path: Path) -> None:
     interval.write_text("use crate::frames::FRAME_NAMES;\n" + interval.read_text())
     run = _check(copy)
     assert run.returncode == 1 and "circle" in run.stderr and "model" in run.stderr, run.stderr
+
+
+def test_every_folder_has_its_row_in_the_map() -> None:
+    """ARCHITECTURE.md names every folder of the Rust crate and the Python package (a folder
+    added without a row is a room nobody can find)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    folders = [
+        path
+        for base in (ROOT / "src", ROOT / "python" / "defilens")
+        for path in [base, *base.rglob("*")]
+        if path.is_dir() and path.name not in ("__pycache__", "samples") and path != ROOT / "src"
+    ]
+    missing = [
+        str(folder.relative_to(ROOT)) + "/"
+        for folder in folders
+        if f"`{folder.relative_to(ROOT)}/`" not in text and f"`{folder.name}/`" not in text
+    ]
+    assert not missing, f"ARCHITECTURE.md has no row for {', '.join(missing)}"
