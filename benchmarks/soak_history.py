@@ -94,6 +94,7 @@ def maintenance_soak(
     every: str = "0.5s",
     retention: str = "10s",
     fence: bool = True,
+    compactions: bool = True,
 ) -> Dict[str, Any]:
     """Collectors, readers and compactions (log cleanup due each time) at once for ``seconds``;
     returns what went wrong, counted, and where each compaction's time went. Everything stops by
@@ -171,7 +172,9 @@ def maintenance_soak(
         from defilens.history._tables import load
 
         _compact._fence = lambda root, name, lease, retention: load(root, name)  # type: ignore[assignment]
-        _compact._checked = lambda root, name, lease, table=None: table or load(root, name)  # type: ignore[assignment]
+        _compact._checked = lambda root, name, lease, table=None, current=True: (  # type: ignore[assignment]
+            load(root, name) if table is None else _compact._fresh(root, name, table) if current else table
+        )
 
     def compact() -> None:
         while not stop.is_set():
@@ -193,7 +196,9 @@ def maintenance_soak(
             except Exception as error:
                 note("failed compactions", error)
 
-    threads = [threading.Thread(target=read) for _ in range(readers)] + [threading.Thread(target=compact)]
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    if compactions:
+        threads.append(threading.Thread(target=compact))
     for thread in threads:
         thread.start()
     exits: List[str] = []
@@ -274,6 +279,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--where", default="local,s3", help="where the maintenance soak runs: local, s3 or both")
     parser.add_argument("--every", default="0.5s", help="the collectors' interval")
     parser.add_argument("--no-fence", action="store_true", help="A/B only: compact without the fence's metadata commit")
+    parser.add_argument("--no-compaction", action="store_true", help="A/B only: collectors and readers alone")
     args = parser.parse_args(argv)
     import warnings
 
@@ -289,7 +295,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if args.maintenance and "local" in args.where:
             print(f"local: maintenance soak, {args.maintenance:.0f} s", flush=True)
             print(
-                f"local: {maintenance_soak(f'{folder}/maintenance', None, args.maintenance, args.collectors, args.readers, args.every, fence=not args.no_fence)}",
+                f"local: {maintenance_soak(f'{folder}/maintenance', None, args.maintenance, args.collectors, args.readers, args.every, fence=not args.no_fence, compactions=not args.no_compaction)}",
                 flush=True,
             )
     if args.s3 or (args.maintenance and "s3" in args.where):
@@ -308,6 +314,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                     args.readers,
                     args.every,
                     fence=not args.no_fence,
+                    compactions=not args.no_compaction,
                 )
                 print(f"S3 (moto): {found}", flush=True)
 
