@@ -6,11 +6,15 @@ ta_updated, log and raw exactly once).
 
 maintenance (issue 36, F5 and F1): collectors (CLI processes, one token shard each), readers
 (`defilens.scan` in a loop) and compactions back to back with log cleanup always due (retention
-10 s instead of at least an hour), for a bounded time; it prints
-collector exits, failed reads, compactions run/refused/failed and rows doubled.
+10 s instead of at least an hour), for a bounded time; it prints collector exits, collectors
+killed for overrunning (still running at `OVERRUN_BUDGET` times the soak's length: slowness, not
+a crash), failed reads, compactions run/refused/failed with their durations split by step, and
+rows doubled. ``--no-fence`` and ``--no-compaction`` are A/B runs (start them beside a normal
+one: the machine's load is part of what is measured).
 
     python benchmarks/soak_history.py --local 60 --s3 15
     python benchmarks/soak_history.py --local 0 --s3 0 --maintenance 180 --collectors 4 --readers 2
+    python benchmarks/soak_history.py --local 0 --s3 0 --maintenance 600 --where s3 --every 20s
 
 The CI tests run short versions: tests/test_history.py (12 local kills) and
 tests/test_compaction_safety.py (the maintenance soak for seconds, locally and in S3).
