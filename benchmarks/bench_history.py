@@ -6,6 +6,7 @@ year, object storage (moto, in its own process) beside the local disk.
     python benchmarks/bench_history.py log                # 3,000 versions, with and without checkpoints
     python benchmarks/bench_history.py day --tokens 2000  # 288 rounds of one day, then compaction
     python benchmarks/bench_history.py year --tokens 200  # a year's backlog of 5-minute rounds
+    python benchmarks/bench_history.py rounds --rounds 3000 --tokens 3   # commit time as a collector's log grows
     python benchmarks/bench_history.py all --json out.json
 
 Rounds are real: the Sandbox's bodies for each token, parsed and committed exactly as `collect`
@@ -37,11 +38,12 @@ import polars as pl
 
 import defilens
 from _common import emit, machine, table, target
+from defilens._duration import parse_every
 from defilens.history._collect import new_collector_id
 from defilens.history._root import root_of
 from defilens.history._rounds import Round, tables_of
 from defilens.history._spool import Spool
-from defilens.history._tables import commit_round, to_disk
+from defilens.history._tables import TABLES, commit_round, to_disk
 
 UTC = dt.timezone.utc
 START = dt.datetime(2025, 1, 1, tzinfo=UTC)
@@ -270,6 +272,89 @@ def bench_log(versions: int, step: int, tokens: int) -> List[Dict[str, Any]]:
                         flush=True,
                     )
     return results
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def bench_rounds(rounds: int, tokens: int, every: str, folder: str, kept: bool = True) -> Dict[str, Any]:
+    """``rounds`` rounds of a real `collect` on a Sandbox's still clock (``Client(clock=sandbox)``:
+    collect moves it a tick a round, so days of rounds take as long as their requests), no manual
+    compaction; each round's commit (every table, as `collect` commits it) timed. What grows is
+    the tables' logs and files, not the rounds: a few tokens measure the commit's own cost.
+
+    The log's retention (a week) is judged by delta-rs on the files' real ages, and these rounds
+    come hundreds of times faster than their cadence: after the first 20 rounds each table's log
+    retention is set to the real time a week of rounds takes here, so the log is cleaned at each
+    checkpoint as a collector's is in real time. ``kept=False`` loads every table from scratch
+    every round (the collector before it kept its tables)."""
+    from deltalake import DeltaTable
+
+    from defilens.history import _collect
+    from defilens.testing import Sandbox
+
+    root = f"{folder}/rounds-{tokens}"
+    timings: List[float] = []
+    original = _collect.commit
+    cadence = parse_every(every)
+    began = [0.0]
+
+    def timed(*args: Any) -> None:
+        if not kept:
+            args = args[:4]
+        if len(timings) == 0:
+            began[0] = time.perf_counter()
+        if len(timings) == 20:  # the real time a week of rounds takes here
+            seconds = max(1, int((time.perf_counter() - began[0]) / 20 * 7 * 86400 / cadence))
+            for name in TABLES:
+                with contextlib.suppress(Exception):
+                    DeltaTable(f"{root}/{name}").alter.set_table_properties(
+                        {"delta.logRetentionDuration": f"interval {seconds} seconds"}
+                    )
+        t0 = time.perf_counter()
+        original(*args)
+        timings.append(time.perf_counter() - t0)
+
+    _collect.commit = timed  # type: ignore[assignment]
+    started = time.perf_counter()
+    try:
+        with Sandbox(now="2026-01-01T00:00:00Z", seed=3) as sandbox:
+            client = defilens.Client(base_url=sandbox.url, clock=sandbox)
+
+            def progress(n: int, frames: Any) -> None:
+                if n % 500 == 0:
+                    recent = statistics.mean(timings[-100:])
+                    print(f"rounds: {n} committed, last 100 {recent * 1000:.0f} ms a round", flush=True)
+
+            client.collect(token_ids_known(tokens), every, count=rounds, out=root, on_round=progress)
+    finally:
+        _collect.commit = original  # type: ignore[assignment]
+    elapsed = time.perf_counter() - started
+    first, last = statistics.mean(timings[:100]), statistics.mean(timings[-100:])
+    files = sum(1 for _ in Path(root).rglob("*.parquet") if "_delta_log" not in str(_))
+    log_files = sum(1 for _ in Path(root).rglob("_delta_log/*.json"))
+    result = {
+        "rounds": rounds,
+        "tokens": tokens,
+        "every": every,
+        "tables kept": kept,
+        "first 100": first,
+        "last 100": last,
+        "ratio": last / first,
+        "data files": files,
+        "log entries": log_files,
+        "elapsed": elapsed,
+        "load": load(),
+    }
+    print(f"rounds: {result}", flush=True)
+    return result
+
+
+def token_ids_known(count: int) -> List[str]:
+    """``count`` ids the Sandbox knows."""
+    from defilens.testing import Sandbox
+
+    return list(Sandbox.known_ids[:count])
 
 
 # --------------------------------------------------------------------------- a day, a year
@@ -657,6 +742,22 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
                     local[0]["round"] < 1.0,
                 )
             )
+    if "rounds" in results:
+        r = results["rounds"]
+        sections.append(
+            f"{r['rounds']:,} rounds of a collect of {r['tokens']} tokens every {r['every']} on a still simulated clock, no "
+            f"compaction, tables {'kept between rounds' if r['tables kept'] else 'loaded every round'}: a round's commit "
+            f"{r['first 100'] * 1000:.0f} ms over the first 100 rounds, {r['last 100'] * 1000:.0f} ms over the last 100 "
+            f"({r['ratio']:.2f}x; {r['data files']:,} data files, {r['log entries']:,} log entries kept). Load {r['load']}."
+        )
+        targets.append(
+            target(
+                f"commit time over {r['rounds']:,} rounds, last 100 against first 100",
+                f"{r['ratio']:.2f}x",
+                "within 20%",
+                r["ratio"] <= 1.2,
+            )
+        )
     if "log" in results:
         rows = [
             [
@@ -749,12 +850,14 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["commit", "log", "day", "year", "research", "asof", "all"])
+    parser.add_argument("part", choices=["commit", "rounds", "log", "day", "year", "research", "asof", "all"])
     parser.add_argument(
         "--tokens", type=int, default=None, help="tokens for day/year (default 2,000 for day, 200 for year)"
     )
     parser.add_argument("--rounds", type=int, default=20, help="rounds timed by commit (default 20)")
     parser.add_argument("--versions", type=int, default=3000)
+    parser.add_argument("--every", default="15m", help="rounds: the simulated cadence (default 15m)")
+    parser.add_argument("--reload", action="store_true", help="rounds: load every table every round (the old way)")
     parser.add_argument("--days", type=int, default=365)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--step-minutes", type=int, default=60, help="research: minutes between rounds (default 60)")
@@ -768,6 +871,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         if args.part in ("commit", "all"):
             results["commit"] = bench_commit([200, 2000], args.rounds, s3=not args.no_s3)
+        if args.part == "rounds":  # not in "all": 3,000 rounds take an hour on a busy machine
+            results["rounds"] = bench_rounds(args.rounds, args.tokens or 3, args.every, folder, not args.reload)
         if args.part in ("log", "all"):
             results["log"] = bench_log(args.versions, max(1, args.versions // 6), 200)
         if args.part in ("day", "all"):

@@ -6,11 +6,15 @@ ta_updated, log and raw exactly once).
 
 maintenance (issue 36, F5 and F1): collectors (CLI processes, one token shard each), readers
 (`defilens.scan` in a loop) and compactions back to back with log cleanup always due (retention
-10 s instead of at least an hour), for a bounded time; it prints
-collector exits, failed reads, compactions run/refused/failed and rows doubled.
+10 s instead of at least an hour), for a bounded time; it prints collector exits, collectors
+killed for overrunning (still running at `OVERRUN_BUDGET` times the soak's length: slowness, not
+a crash), failed reads, compactions run/refused/failed with their durations split by step, and
+rows doubled. ``--no-fence`` and ``--no-compaction`` are A/B runs (start them beside a normal
+one: the machine's load is part of what is measured).
 
     python benchmarks/soak_history.py --local 60 --s3 15
     python benchmarks/soak_history.py --local 0 --s3 0 --maintenance 180 --collectors 4 --readers 2
+    python benchmarks/soak_history.py --local 0 --s3 0 --maintenance 600 --where s3 --every 20s
 
 The CI tests run short versions: tests/test_history.py (12 local kills) and
 tests/test_compaction_safety.py (the maintenance soak for seconds, locally and in S3).
@@ -22,6 +26,7 @@ import argparse
 import datetime as dt
 import glob
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from history_checks import assert_whole_rounds
@@ -77,6 +84,11 @@ SHARDS = [
 ]
 
 
+#: A collector still running this many times the soak's length after it started is killed (and
+#: counted as overrunning, not as an exit): its rounds cannot keep up with its cadence.
+OVERRUN_BUDGET = 3
+
+
 def maintenance_soak(
     root: str,
     options: Optional[Dict[str, str]],
@@ -85,10 +97,16 @@ def maintenance_soak(
     readers: int = 2,
     every: str = "0.5s",
     retention: str = "10s",
+    fence: bool = True,
+    compactions: bool = True,
 ) -> Dict[str, Any]:
     """Collectors, readers and compactions (log cleanup due each time) at once for ``seconds``;
-    returns what went wrong, counted. Everything stops by itself: the collectors after their
-    ``--count`` rounds (killed, and counted, if they overrun three times the time)."""
+    returns what went wrong, counted, and where each compaction's time went. Everything stops by
+    itself: the collectors after their ``--count`` rounds. A collector still running at its
+    budget (`OVERRUN_BUDGET` times the soak's length, at least a minute) is killed and counted
+    apart from the collectors that exited with an error: an overrun is slowness, not a crash.
+    ``fence=False`` (an A/B of the fence's cost, never for real use) compacts without the fence's
+    metadata commit."""
     import obstore
 
     from defilens.history import _compact
@@ -140,10 +158,32 @@ def maintenance_soak(
     _compact.MIN_RETENTION = dt.timedelta(0)
 
     durations: List[float] = []
+    steps: Dict[str, float] = {}
+    reached: Dict[str, int] = {}
+    last_step: List[Any] = [None, 0.0]
+
+    def step_reached(step: str, table: str) -> None:
+        """`_compact._before_commit`: the time since the previous step goes to that step."""
+        now = time.monotonic()
+        reached[step] = reached.get(step, 0) + 1
+        if last_step[0] is not None:
+            with lock:
+                steps[last_step[0]] = steps.get(last_step[0], 0.0) + now - last_step[1]
+        last_step[:] = [step, now]
+
+    _compact._before_commit = step_reached  # type: ignore[assignment]
+    if not fence:
+        from defilens.history._tables import load
+
+        _compact._fence = lambda root, name, lease, retention: load(root, name)  # type: ignore[assignment]
+        _compact._checked = lambda root, name, lease, table=None, current=True: (  # type: ignore[assignment]
+            load(root, name) if table is None else _compact._fresh(root, name, table) if current else table
+        )
 
     def compact() -> None:
         while not stop.is_set():
             began = time.monotonic()
+            last_step[:] = ["load and fence", began]
             try:
                 _compact.compact(
                     root,
@@ -153,23 +193,29 @@ def maintenance_soak(
                 )
                 note("compactions")
                 durations.append(time.monotonic() - began)
+                step_reached("", 0.0)  # the last step (vacuum, files counted) ends here
+                last_step[0] = None
             except Busy:
                 note("refused")
             except Exception as error:
                 note("failed compactions", error)
 
-    threads = [threading.Thread(target=read) for _ in range(readers)] + [threading.Thread(target=compact)]
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    if compactions:
+        threads.append(threading.Thread(target=compact))
     for thread in threads:
         thread.start()
     exits: List[str] = []
+    overran = 0
+    budget = max(60.0, OVERRUN_BUDGET * seconds)
     try:
         for child in children:
             try:
-                _, err = child.communicate(timeout=max(60.0, 3 * seconds - (time.monotonic() - started)))
+                _, err = child.communicate(timeout=max(1.0, budget - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
                 child.kill()
-                _, err = child.communicate()
-                exits.append("overran and was killed")
+                child.communicate()
+                overran += 1
                 continue
             if child.returncode != 0:
                 exits.append(f"exit {child.returncode}: {(err or '').strip().splitlines()[-1:]}")
@@ -177,13 +223,15 @@ def maintenance_soak(
         stop.set()
         for thread in threads:
             thread.join()
+        _compact._before_commit = lambda step, table: None  # type: ignore[assignment]
     elapsed = time.monotonic() - started
-    if any(text.startswith("overran") for text in exits):  # finish the rounds the killed ones left
+    if overran:  # finish the rounds the killed ones left
         subprocess.run(
             CLI + ["collect", "bitcoin", "--sandbox", "--every", every, "--count", "1", "--raw", "--out", root, *flags],
             capture_output=True,
         )
     snapshot = defilens.scan(root, "snapshot", storage_options=options).collect()
+    committed = [snapshot.filter(pl.col("token") == SHARDS[i % len(SHARDS)][0]).height for i in range(collectors)]
     indicators = defilens.scan(root, "indicators", storage_options=options).collect()
     doubled = (snapshot.height - snapshot.select("token", "fetched_at").n_unique()) + (
         indicators.height - indicators.select("token", "fetched_at", "interval", "indicator").n_unique()
@@ -207,8 +255,15 @@ def maintenance_soak(
         "seconds": round(elapsed),
         "collectors": collectors,
         "collector exits": len(exits),
+        "collectors killed for overrunning": overran,
+        "overrun budget (s)": round(budget),
+        "rounds committed per collector": f"{committed} of {rounds}",
         **counts,
-        "compaction seconds (min-max)": f"{min(durations, default=0):.0f}-{max(durations, default=0):.0f}",
+        "compaction seconds (min-median-max)": (
+            f"{min(durations, default=0):.0f}-{statistics.median(durations or [0]):.0f}-{max(durations, default=0):.0f}"
+        ),
+        "compaction seconds by step (all compactions)": {key: round(value) for key, value in sorted(steps.items())},
+        "steps reached (fence: one a try)": {key: value for key, value in sorted(reached.items()) if key},
         "rows doubled": doubled,
         "indicators: versions / log entries kept": f"{versions} / {sum(p.endswith('.json') for p in listed)}",
         "listing fetches": fetches,
@@ -226,7 +281,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--collectors", type=int, default=4)
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--where", default="local,s3", help="where the maintenance soak runs: local, s3 or both")
-    parser.add_argument("--every", default="0.5s", help="collectors' interval locally (in S3: four times it)")
+    parser.add_argument("--every", default="0.5s", help="the collectors' interval")
+    parser.add_argument("--no-fence", action="store_true", help="A/B only: compact without the fence's metadata commit")
+    parser.add_argument("--no-compaction", action="store_true", help="A/B only: collectors and readers alone")
     args = parser.parse_args(argv)
     import warnings
 
@@ -242,7 +299,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if args.maintenance and "local" in args.where:
             print(f"local: maintenance soak, {args.maintenance:.0f} s", flush=True)
             print(
-                f"local: {maintenance_soak(f'{folder}/maintenance', None, args.maintenance, args.collectors, args.readers, args.every)}",
+                f"local: {maintenance_soak(f'{folder}/maintenance', None, args.maintenance, args.collectors, args.readers, args.every, fence=not args.no_fence, compactions=not args.no_compaction)}",
                 flush=True,
             )
     if args.s3 or (args.maintenance and "s3" in args.where):
@@ -254,7 +311,14 @@ def main(argv: Optional[List[str]] = None) -> None:
             if args.maintenance and "s3" in args.where:
                 print(f"S3 (moto): maintenance soak, {args.maintenance:.0f} s", flush=True)
                 found = maintenance_soak(
-                    "s3://bench/maintenance", options, args.maintenance, args.collectors, args.readers
+                    "s3://bench/maintenance",
+                    options,
+                    args.maintenance,
+                    args.collectors,
+                    args.readers,
+                    args.every,
+                    fence=not args.no_fence,
+                    compactions=not args.no_compaction,
                 )
                 print(f"S3 (moto): {found}", flush=True)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
+from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
@@ -121,11 +122,13 @@ def next_round(root: Root, app_id: str) -> int:
         return max(pool.map(last_in, TABLES)) + 1
 
 
-def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
+def commit(root: Root, spool: Spool, round_: Round, path: str, kept: "Optional[KeptTables]" = None) -> None:
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
-    then takes it out of the spool."""
+    then takes it out of the spool. ``kept``: the collector's tables as its last round left them."""
     tables, _ = tables_of(round_)
-    commit_round(root, tables, round_.app_id, round_.number, round_.metadata, ready=ready)
+    commit_round(
+        root, tables, round_.app_id, round_.number, round_.metadata, ready=ready if kept is None else kept.ready
+    )
     in_thread(spool.drop, path)
 
 
@@ -335,6 +338,7 @@ def _collect_rounds(
         )
     number = next_round(root, app_id) if first is None else first
     schedule = _Schedule(client, interval)
+    kept = KeptTables(root)  # loaded once, brought up to date each round: a load grows with the table
     rounds = 0
     failed_in_a_row = 0
     last_compacted: Optional[float] = None
@@ -348,7 +352,7 @@ def _collect_rounds(
         in_thread(running.check)  # may renew its lease: a call into obstore
         with finishing_commit() as interrupted:
             path = in_thread(spool.put, round_)
-            commit(root, spool, round_, path)
+            commit(root, spool, round_, path, kept)
         rounds += 1
         number += 1
         if interrupted:

@@ -145,13 +145,29 @@ def _highest_fence(root: Root, found: Dict[str, State]) -> int:
     return highest
 
 
-def _checked(root: Root, name: str, lease: Lease, table: Any = None) -> Any:
-    """The table (loaded now unless given), once the lease is checked and the table's fence shows
-    this compaction's token: no other compaction started on the table since this one's fence. The
-    commit that follows is made from this very snapshot, so a fence that lands after it makes the
-    engine refuse that commit."""
+def _fresh(root: Root, name: str, table: Any) -> Any:
+    """``table`` brought up to date (delta-rs reads only the log entries committed since: a load
+    from scratch reads the newest checkpoint and every entry after it, in object storage a
+    request each), or loaded anew when that fails."""
+    deltalake = require("deltalake")
+    try:
+        table.update_incremental()
+        return table
+    except (OSError, deltalake.exceptions.DeltaError):
+        return load(root, name)
+
+
+def _checked(root: Root, name: str, lease: Lease, table: Any = None, *, current: bool = True) -> Any:
+    """The table, once the lease is checked and the table's fence shows this compaction's token:
+    no other compaction started on the table since this one's fence. ``table`` is brought up to
+    date first (loaded now when not given), unless ``current=False`` says it is the snapshot of
+    this compaction's own last commit. The commit that follows is made from this very snapshot, so
+    a fence that lands after it makes the engine refuse that commit."""
     lease.check()
-    table = table if table is not None else load(root, name)
+    if table is None:
+        table = load(root, name)
+    elif current:
+        table = _fresh(root, name, table)
     if table is None:
         raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction; run it again")
     if table.metadata().configuration.get(FENCE) != lease.token:
@@ -223,7 +239,7 @@ def _compact(
             table = _fence(root, name, lease, retention_span)
             if table is None:
                 continue
-            table = _checked(root, name, lease, table)  # the snapshot of the fence's own commit
+            table = _checked(root, name, lease, table, current=False)  # the snapshot of the fence's own commit
             report["files_before"] += len(table.file_uris())
             _before_commit("optimize", name)
             try:
@@ -232,8 +248,9 @@ def _compact(
                 raise _conflicted(root, name, lease, error) from None
             report["files_removed"] += int(metrics.get("numFilesRemoved", 0))
             report["files_added"] += int(metrics.get("numFilesAdded", 0))
-            if sort and _sort_closed_days(root, name, lease, now, budget, workers, report):
-                table = load(root, name)
+            if sort:
+                _sort_closed_days(root, name, lease, table, now, budget, workers, report)
+                table = _fresh(root, name, table)
             # Checkpoint, log cleanup and vacuum rewrite no rows: no fence needed, the lease still.
             lease.check()
             _before_commit("checkpoint", name)
@@ -244,7 +261,7 @@ def _compact(
             _before_commit("vacuum", name)
             vacuumed = table.vacuum(retention_hours=max(1, int(hours)), dry_run=False, enforce_retention_duration=False)
             report["files_vacuumed"] += len(vacuumed)
-            report["files_after"] += len(load(root, name).file_uris())  # type: ignore[union-attr]
+            report["files_after"] += len(_fresh(root, name, table).file_uris())
         except deltalake.exceptions.CommitFailedError as error:
             raise _conflicted(root, name, lease, error) from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
@@ -309,11 +326,18 @@ def _seconds(interval: Optional[str]) -> Optional[int]:
 
 
 def _sort_closed_days(
-    root: Root, name: str, lease: Lease, now: dt.datetime, budget: int, workers: int, report: Dict[str, int]
+    root: Root,
+    name: str,
+    lease: Lease,
+    table: Any,
+    now: dt.datetime,
+    budget: int,
+    workers: int,
+    report: Dict[str, int],
 ) -> int:
-    """Z-orders the closed days not sorted yet, each from a snapshot checked as `_checked` does;
-    counts them into ``report`` and returns how many."""
-    table = _checked(root, name, lease)
+    """Z-orders the closed days not sorted yet, each from a snapshot of ``table`` brought up to
+    date and checked as `_checked` does; counts them into ``report`` and returns how many."""
+    table = _checked(root, name, lease, table)
     done = _sorted_days(root, name)
     days = sorted(
         {
@@ -327,7 +351,7 @@ def _sort_closed_days(
     deltalake = require("deltalake")
     sorted_now = 0
     for day in days:
-        table = _checked(root, name, lease)
+        table = _checked(root, name, lease, table)
         _before_commit("sort", name)
         try:
             table.optimize.z_order(

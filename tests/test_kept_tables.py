@@ -1,0 +1,117 @@
+"""A collector keeps its tables loaded from one round to the next (issue 39, commits that stay
+flat; issue 36, collectors beside compaction in S3): each table is loaded from scratch once, then
+brought up to date, and loaded again with every check whenever it is no longer the table it
+loaded (replaced, its log entry cleaned up)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import polars as pl
+import pytest
+from deltalake import write_deltalake
+from history_checks import assert_whole_rounds
+
+import defilens
+from defilens.history import _compact, _kept
+from defilens.history._tables import PARTITION
+
+TOKENS = ["bitcoin", "ethereum", "unknown-coin"]
+
+
+def _collect(
+    root: str,
+    rounds: int,
+    on_round: Optional[Callable[[int], None]] = None,
+    options: Optional[Dict[str, str]] = None,
+) -> int:
+    with defilens.testing.Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
+
+        def advance(number: int, frames) -> None:
+            sandbox.advance("1h")
+            if on_round is not None:
+                on_round(number)
+
+        client = defilens.Client(base_url=sandbox.url)
+        return client.collect(
+            TOKENS, "0.01s", count=rounds, out=root, raw=True, on_round=advance, storage_options=options
+        )
+
+
+@pytest.fixture
+def full_loads(monkeypatch) -> Counter:
+    """How often each table was loaded from scratch for a round's commit."""
+    counted: Counter = Counter()
+    original = _kept.ready
+
+    def counting(root, name):
+        counted[name] += 1
+        return original(root, name)
+
+    monkeypatch.setattr(_kept, "ready", counting)
+    return counted
+
+
+def test_a_collector_loads_each_table_once_not_every_round(tmp_path: Path, full_loads: Counter) -> None:
+    root = str(tmp_path / "h")
+    _collect(root, 1)  # the tables exist
+    full_loads.clear()
+    assert _collect(root, 6) == 6
+    assert full_loads and set(full_loads.values()) == {1}, full_loads
+    assert assert_whole_rounds(root) == 7 * 2
+
+
+def test_a_collector_in_s3_loads_each_table_once(bucket: str, s3: Dict[str, str], full_loads: Counter) -> None:
+    root = f"{bucket}/h"
+    _collect(root, 1, options=s3)
+    full_loads.clear()
+    assert _collect(root, 4, options=s3) == 4
+    assert full_loads and set(full_loads.values()) == {1}, full_loads
+    assert assert_whole_rounds(root, s3) == 5 * 2
+
+
+def test_a_table_replaced_by_a_longer_foreign_table_between_rounds_is_caught(tmp_path: Path) -> None:
+    """The foreign table has more versions than ours: bringing the kept table up to date would read
+    the foreign log as ours; the kept version's entry is another object, so it is loaded anew and
+    refused before the round's first commit."""
+    root = tmp_path / "h"
+
+    def replace(number: int) -> None:
+        if number == 2:
+            (root / "snapshot").rename(tmp_path / "snapshot-kept")
+            for day in range(8):
+                write_deltalake(
+                    str(root / "snapshot"),
+                    pl.DataFrame({"token": ["x"], PARTITION: [dt.date(2026, 1, 1 + day)], "price": [1.0]}),
+                    partition_by=[PARTITION],
+                    mode="append",
+                )
+
+    with pytest.raises(defilens.HistoryError, match=r"not a defilens 'snapshot' table"):
+        _collect(str(root), 4, replace)
+    assert pl.read_delta(str(root / "snapshot")).height == 8  # the foreign table untouched
+
+
+def test_a_kept_entry_removed_by_log_cleanup_loads_the_table_again(
+    tmp_path: Path, full_loads: Counter, monkeypatch
+) -> None:
+    """Two compactions between rounds with log cleanup due remove the log entry a kept table was
+    loaded at: the next round loads the table from scratch, and every round stays whole."""
+    monkeypatch.setattr(_compact, "MIN_RETENTION", dt.timedelta(0))
+    root = str(tmp_path / "h")
+    _collect(root, 1)
+    full_loads.clear()
+
+    def compact_twice(number: int) -> None:
+        if number == 2:
+            for _ in range(2):
+                defilens.compact(root, retention="1s", sort=False)
+                time.sleep(1.5)
+
+    assert _collect(root, 4, compact_twice) == 4
+    assert max(full_loads.values()) == 2, full_loads
+    assert assert_whole_rounds(root) == 5 * 2
