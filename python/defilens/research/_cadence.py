@@ -166,14 +166,13 @@ def cadence_of(root: Root, fetches: pl.DataFrame, blind: pl.DataFrame) -> Cadenc
     # A run whose rounds were further apart than it recorded kept their spacing: its clock was
     # moved by somebody else (``on_round=lambda n, f: sandbox.advance("1h")``), or its rounds
     # overran their ticks.
+    # (More than `LATE` times: a wall clock's rounds start a few milliseconds late.)
+    apart = pl.col("spacing").dt.total_milliseconds() > LATE * pl.col("every").dt.total_milliseconds()
     found = (
         runs(root, spacing=True)
         .with_columns(
-            pl.when(pl.col("spacing") > pl.col("every"))
-            .then(pl.lit("inferred"))
-            .otherwise(pl.col("source"))
-            .alias("source"),
-            pl.max_horizontal("every", "spacing").alias("every"),
+            pl.when(apart).then(pl.lit("inferred")).otherwise(pl.col("source")).alias("source"),
+            pl.when(apart).then(pl.col("spacing")).otherwise(pl.col("every")).alias("every"),
         )
         .select(list(CADENCE_SCHEMA))
     )
