@@ -282,3 +282,32 @@ def test_a_spooled_round_keeps_its_settings_and_one_of_earlier_versions_has_none
             new.writestr(name, data)
     earlier = Round.from_bytes(buffer.getvalue())
     assert earlier.settings is None and SETTINGS_KEY not in earlier.metadata
+
+
+@pytest.mark.parametrize(
+    ("spacing", "every", "source"),
+    [
+        (dt.timedelta(milliseconds=2003), dt.timedelta(seconds=2), "recorded"),  # a wall clock's late starts
+        (dt.timedelta(hours=1), dt.timedelta(hours=1), "inferred"),  # 10 ms recorded, the clock moved by on_round
+    ],
+)
+def test_a_run_keeps_the_spacing_of_its_rounds_only_when_far_from_what_it_recorded(
+    monkeypatch: pytest.MonkeyPatch, spacing: dt.timedelta, every: dt.timedelta, source: str
+) -> None:
+    import defilens.research._cadence as cadence
+    from defilens.history._settings import runs_of
+
+    recorded = 2.0 if source == "recorded" else 0.01
+    info = [
+        {
+            "defilens.collector": "c",
+            "defilens.round": str(k),
+            "defilens.round_start": (START + k * spacing).isoformat(),
+            "defilens.settings": json.dumps({"every_seconds": recorded}),
+        }
+        for k in range(5)
+    ]
+    monkeypatch.setattr(cadence, "runs", lambda root, spacing: runs_of(info, spacing))
+    none = pl.DataFrame(schema={"token": pl.String, "interval": pl.String, "fetched_at": pl.Datetime("ms", "UTC")})
+    found = cadence.cadence_of(None, none.drop("interval"), none).runs  # type: ignore[arg-type]
+    assert found.select("every", "source").rows() == [(every, source)]

@@ -223,7 +223,7 @@ def audit(
         .sort("rounds", "token", descending=[True, False])
         .collect()
     )
-    cadence = cadence_of(root)
+    cadence = cadence_of(root, summaries["fetches"], summaries["blind"])
     counted = pl.concat(coverage_parts)
     unseen = pl.concat(gap_parts)
     missed = missed_closes(

@@ -21,7 +21,6 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import parse_every
 from ..history._root import Root
-from ..history._scan import scan_table
 from ..history._settings import runs
 from ._scope import CANDLE_INTERVALS, _unknown
 
@@ -157,35 +156,23 @@ class Cadence:
         )
 
 
-def cadence_of(root: Root) -> Cadence:
+def cadence_of(root: Root, fetches: pl.DataFrame, blind: pl.DataFrame) -> Cadence:
     """The runs of the history at ``root`` and the cadence of each: recorded in the commits of its
     rounds, else inferred from them; rounds older than the kept log, or a history whose commits
-    name no rounds, get a cadence inferred from the fetches themselves."""
-    fetches = (
-        scan_table(root, "ta_updated")
-        .filter(pl.col("updated_at").is_not_null())
-        .select("token", "fetched_at")
-        .unique()
-        .collect()
-    )
-    blind = (
-        scan_table(root, "ta_updated")
-        .filter(pl.col("updated_at").is_null())
-        .select("token", "interval", "fetched_at")
-        .unique()
-        .collect()
-    )
+    name no rounds, get a cadence inferred from the fetches themselves. ``fetches`` and
+    ``blind`` as `Cadence` holds them (the day summaries keep them)."""
+    fetches = fetches.select("token", "fetched_at").unique()
+    blind = blind.select("token", "interval", "fetched_at")
     # A run whose rounds were further apart than it recorded kept their spacing: its clock was
     # moved by somebody else (``on_round=lambda n, f: sandbox.advance("1h")``), or its rounds
     # overran their ticks.
+    # (More than `LATE` times: a wall clock's rounds start a few milliseconds late.)
+    apart = pl.col("spacing").dt.total_milliseconds() > LATE * pl.col("every").dt.total_milliseconds()
     found = (
         runs(root, spacing=True)
         .with_columns(
-            pl.when(pl.col("spacing") > pl.col("every"))
-            .then(pl.lit("inferred"))
-            .otherwise(pl.col("source"))
-            .alias("source"),
-            pl.max_horizontal("every", "spacing").alias("every"),
+            pl.when(apart).then(pl.lit("inferred")).otherwise(pl.col("source")).alias("source"),
+            pl.when(apart).then(pl.col("spacing")).otherwise(pl.col("every")).alias("every"),
         )
         .select(list(CADENCE_SCHEMA))
     )

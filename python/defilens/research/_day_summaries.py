@@ -7,7 +7,8 @@ the first, the last, how many), the gaps within that span (``gaps``), its stale 
 (``stale``), and the candles a day alone cannot judge or has judged repainted (``candles``: those
 of its first and last close, which are the only ones another day can share unless the spans of
 two days overlap, and those seen with more than one value within the day, the distinct values in
-``values``). The audit stitches the days together (`defilens.research._audit`), exactly, from
+``values``), and per token the moments it was fetched (``fetches``) and those that showed no close
+of an interval (``blind``), which the cadence is judged by. The audit stitches the days together (`defilens.research._audit`), exactly, from
 these alone.
 
 The summaries live under ``ROOT/_audit/`` as Delta tables, beside the history. A day's summary is
@@ -39,9 +40,9 @@ if TYPE_CHECKING:
 
 #: The folder under a history's root that holds the audit's day summaries, by the version of
 #: what they hold (a new version summarizes every day again; the old folder can go).
-CACHE = "_audit/v1"
+CACHE = "_audit/v2"
 #: The summaries of a day, in the order they are written (``days`` last: it makes them valid).
-SUMMARIES = ("spans", "gaps", "stale", "candles")
+SUMMARIES = ("spans", "gaps", "stale", "candles", "fetches", "blind")
 DAYS = "days"
 #: The tables a day's fingerprint covers: everything the summaries are made of.
 SOURCES = ("ta_updated", "indicators")
@@ -107,6 +108,15 @@ def summarize(sources: Sources, dates: List[dt.date]) -> Dict[str, pl.DataFrame]
         .select("date", "token", "interval", "fetched_at", "updated_at")
         .collect()
     )
+    # The moments each token was fetched, and those that showed no close of an interval: what the
+    # cadence is judged by (`_cadence`). A fetch is in one day, so the days stitch by concatenation.
+    fetches = closes.select("date", "token", "fetched_at").unique().sort("date", "token", "fetched_at")
+    blind = (
+        ta_updated.filter(pl.col("date").is_in(dates), pl.col("updated_at").is_null())
+        .select("date", "token", "interval", "fetched_at")
+        .unique()
+        .collect()
+    )
     distinct = (
         closes.select("date", "token", "interval", "updated_at")
         .unique()
@@ -144,7 +154,14 @@ def summarize(sources: Sources, dates: List[dt.date]) -> Dict[str, pl.DataFrame]
     marked = closes.join(
         ends.with_columns(pl.lit(True).alias("_end")), on=["date", "token", "interval", "updated_at"], how="left"
     ).with_columns(pl.col("_end").fill_null(False))
-    return {"spans": spans, "gaps": gaps, "stale": stale, "candles": _candles(sources, dates, marked)}
+    return {
+        "spans": spans,
+        "gaps": gaps,
+        "stale": stale,
+        "candles": _candles(sources, dates, marked),
+        "fetches": fetches,
+        "blind": blind,
+    }
 
 
 def gaps_of(rows: pl.LazyFrame, *keys: str) -> pl.LazyFrame:
@@ -234,6 +251,8 @@ def empty() -> Dict[str, pl.DataFrame]:
         "spans": pl.DataFrame(schema={**base, "first": UTC_MS, "last": UTC_MS, "seen": pl.Int64()}),
         "gaps": pl.DataFrame(schema={**base, "gap_start": UTC_MS, "gap_end": UTC_MS, "missing": pl.Int64()}),
         "stale": pl.DataFrame(schema={**base, "fetched_at": UTC_MS, "updated_at": UTC_MS}),
+        "fetches": pl.DataFrame(schema={"date": pl.Date(), "token": pl.String(), "fetched_at": UTC_MS}),
+        "blind": pl.DataFrame(schema={**base, "fetched_at": UTC_MS}),
         "candles": pl.DataFrame(
             schema={
                 **base,
