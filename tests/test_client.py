@@ -405,6 +405,7 @@ def test_async_client_raises_and_cancels(scripted) -> None:
     asyncio.run(asyncio.wait_for(main(), 10))
 
 
+@pytest.mark.slow
 def test_raw_bodies_of_a_large_fetch_come_back_whole_and_compact(defilens_sandbox) -> None:
     # 1,500 ids with markets: about 20 MB of bodies, several of the raw store's compressed segments.
     client = defilens.Client(base_url=defilens_sandbox.url, concurrency=32)

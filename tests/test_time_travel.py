@@ -107,6 +107,7 @@ def test_a_version_past_the_newest_says_which_is_the_newest(tmp_path: Path) -> N
         defilens.scan(root, "snapshot", as_of=-1)
 
 
+@pytest.mark.slow
 def test_after_log_cleanup_a_moment_older_than_what_is_kept_raises(tmp_path: Path) -> None:
     root = tmp_path / "h"
     table = root / "snapshot"
@@ -184,6 +185,7 @@ def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
         versions(root, "candles")
 
 
+@pytest.mark.slow
 def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 2)
@@ -198,6 +200,7 @@ def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     assert wrong.returncode == 1 and wrong.stderr.startswith("defilens: error: frame must be one of")
 
 
+@pytest.mark.slow
 def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
