@@ -33,8 +33,8 @@ test-rust-on-wheel-build: install-test  ## the Rust tests on the dependencies th
 test-python: install-test
 	$(VENV)/bin/pytest
 
-test-fast: install-test  ## the inner loop: pytest without the tests marked slow (crash, soak, Spark, notebook runs)
-	$(VENV)/bin/pytest -q -m "not slow"
+test-fast: install-test  ## the inner loop: pytest without the tests marked slow (crash, soak, Spark, notebook runs), on both cores
+	$(VENV)/bin/pytest -q -m "not slow" -n 2
 
 lint: lint-deps lint-rust lint-fuzz lint-python lint-workflows stubs
 
