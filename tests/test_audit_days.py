@@ -247,6 +247,7 @@ def _days_summarized(root: Path) -> int:
     return DeltaTable(str(root / CACHE / "days")).to_pyarrow_table().num_rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_the_stitched_audit_equals_one_from_every_row(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
@@ -279,6 +280,7 @@ def test_the_stitched_audit_equals_one_from_every_row(tmp_path: Path, seed: int)
     _assert_equal(defilens.audit(root), reference)
 
 
+@pytest.mark.slow
 def test_a_summary_cut_off_half_written_is_never_read(tmp_path: Path) -> None:
     rng = random.Random(7)
     root = tmp_path / "h"
@@ -292,6 +294,7 @@ def test_a_summary_cut_off_half_written_is_never_read(tmp_path: Path) -> None:
     _assert_equal(defilens.audit(root), reference)
 
 
+@pytest.mark.slow
 def test_without_cache_nothing_is_written_and_a_read_only_root_still_audits(tmp_path: Path) -> None:
     rng = random.Random(8)
     root = tmp_path / "h"

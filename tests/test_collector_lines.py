@@ -113,6 +113,7 @@ def _fill(disk: Path, leave: int) -> None:
         handle.write(b"\0" * max(0, free - leave))
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_without_a_panic(tmp_path: Path) -> None:
     """A real disk that fills up during the round's commits (the spool entry still fits):
     delta-rs's object store panics on its way out in most runs; the user sees one line."""
@@ -152,6 +153,7 @@ def test_a_full_disk_is_one_line_without_a_panic(tmp_path: Path) -> None:
         assert_whole_rounds(root)
 
 
+@pytest.mark.slow
 def test_the_cli_prints_a_warning_as_one_line(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _spool_round(root, new_collector_id())
@@ -251,6 +253,7 @@ def _ctrl_c_until_stopped(child: "subprocess.Popen[str]", within: float) -> "tup
     return child.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_ctrl_c_inside_a_commit_stops_after_that_commit(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 1)  # the tables exist: the next round's commits are the slowed ones
@@ -265,6 +268,7 @@ def test_ctrl_c_inside_a_commit_stops_after_that_commit(tmp_path: Path) -> None:
     assert not glob.glob(str(root / "_spool" / "*" / "*.round"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_stops_at_once_and_the_next_collect_finishes_the_round(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 1)
@@ -279,6 +283,7 @@ def test_ctrl_c_twice_stops_at_once_and_the_next_collect_finishes_the_round(tmp_
     assert assert_whole_rounds(root) == 3 * 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_stops_a_spool_write_stalled_inside_obstore(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 1)
@@ -365,6 +370,7 @@ def test_a_restarted_collector_with_its_id_continues_its_round_numbers(tmp_path:
     assert sorted(snapshot.group_by("token").len().get_column("len").to_list()) == [6, 6]
 
 
+@pytest.mark.slow
 def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     live = new_collector_id()
@@ -384,6 +390,7 @@ def test_collector_ids_on_object_storage(bucket: str, s3: Dict[str, str]) -> Non
     assert [meta["path"] for meta in leases if meta["path"].endswith(".lease")] == []
 
 
+@pytest.mark.slow
 def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     _spool_round(root, "restarted", storage_options=s3)
@@ -407,6 +414,7 @@ def test_an_id_killed_here_is_free_at_once_on_object_storage(bucket: str, s3: Di
     assert _versions(root, "restarted", s3)["snapshot"] == 1
 
 
+@pytest.mark.slow
 def test_a_lease_is_renewed_and_a_holder_that_stalled_past_it_stops(
     bucket: str,
     s3: Dict[str, str],

@@ -133,6 +133,7 @@ def test_the_engine_lets_two_optimizes_of_one_snapshot_land_and_a_metadata_commi
     assert DeltaTable(path).to_pyarrow_table().num_rows == 10
 
 
+@pytest.mark.slow
 def test_a_compaction_stalled_before_its_commit_while_another_ran_commits_nothing_locally(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -219,6 +220,7 @@ def _compact_when_free(root: str, options: Options, within: float = 90.0) -> "tu
             time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_successor(
     bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
@@ -254,6 +256,7 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
     assert assert_whole_rounds(root, s3) == 9
 
 
+@pytest.mark.slow
 def test_a_takeover_while_the_holder_still_runs_cannot_double_rows_on_s3(
     bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
@@ -282,6 +285,7 @@ def _lease_key(url: str, prefix: str) -> "tuple[str, str]":
     return url[len("s3://") :], f"{prefix}/{_lock.LOCK}"
 
 
+@pytest.mark.slow
 def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
@@ -312,6 +316,7 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     assert _rows(root, s3) == before
 
 
+@pytest.mark.slow
 def test_a_lease_taken_by_someone_else_stops_the_holder_before_its_next_commit(
     bucket: str, s3: Dict[str, str], monkeypatch
 ) -> None:
@@ -340,6 +345,7 @@ LEASE_OBJECTS = {
 }
 
 
+@pytest.mark.slow
 def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket: str, s3: Dict[str, str], monkeypatch):
     """Whatever a lease object holds, it expires by its own last-modified time in the store plus the
     lease length (at most `LEASE`), judged by the store's clock: never a Python error, never
@@ -372,6 +378,7 @@ def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket: str, s
         assert lease["released"] is True and lease["epoch"] == taken[case]
 
 
+@pytest.mark.slow
 def test_one_compaction_after_another_takes_the_released_lease_at_once(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/again"
     _collect(root, 3, s3)
@@ -398,6 +405,7 @@ def _age_logs(root: str, hours: float = 3) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_log_cleanup_never_removes_what_a_concurrent_reader_or_collector_loads(tmp_path: Path) -> None:
     root = str(tmp_path / "h")
     _collect(root, 3)
@@ -492,6 +500,7 @@ def test_a_load_survives_log_cleanup_up_to_the_newest_checkpoint(tmp_path: Path)
     assert len(glob.glob(os.path.join(path, "_delta_log", "*.json"))) < 5
 
 
+@pytest.mark.slow
 def test_a_short_maintenance_soak_stops_no_collector_and_fails_no_read(tmp_path: Path, monkeypatch) -> None:
     """benchmarks/soak_history.py --maintenance, for seconds: collectors, readers and compactions
     back to back with log cleanup due (retention scaled to 10 s)."""

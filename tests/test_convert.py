@@ -159,6 +159,7 @@ def _assert_converted_like_today(old: Path, today: Path) -> None:
 # -- F3, F10: what a conversion leaves ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_converted_history_is_the_history_collect_writes_today(tmp_path: Path) -> None:
     old, today = _twins(tmp_path, rounds=4)
     rows = _old_rows(old)
@@ -307,6 +308,7 @@ def _kill_before_the_marker_goes(monkeypatch) -> None:
     "kill",
     [_kill_after_first_commit, _kill_after_check, _kill_half_way_through_deleting, _kill_before_the_marker_goes],
 )
+@pytest.mark.slow
 def test_a_conversion_killed_anywhere_finishes_when_run_again(tmp_path: Path, monkeypatch, kill) -> None:
     old, today = _twins(tmp_path, rounds=4, step="5h")  # three days: version 0 is not the last
     rows = _old_rows(old)
@@ -324,6 +326,7 @@ def test_a_conversion_killed_anywhere_finishes_when_run_again(tmp_path: Path, mo
     _assert_converted_like_today(old, today)
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_cli_at_any_moment_then_convert_finishes(tmp_path: Path) -> None:
     old, today = _twins(tmp_path, rounds=6, step="5h")
     rows = _old_rows(old)
@@ -394,6 +397,7 @@ def _hive_by_other_writers(old: Path, target: Path, *, spark: bool) -> None:
             (target / name / "_SUCCESS").write_bytes(b"")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spark", [False, True])
 def test_hive_folders_of_pyarrow_and_spark_are_converted(tmp_path: Path, spark: bool) -> None:
     old, today = _twins(tmp_path, rounds=3, step="5h")
@@ -435,6 +439,7 @@ def test_files_that_carry_the_partition_column_are_converted_or_refused(tmp_path
 # -- object storage -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_convert_in_s3_killed_after_its_first_commit_then_finished(
     tmp_path: Path,
     bucket: str,
@@ -474,6 +479,7 @@ def test_convert_in_s3_killed_after_its_first_commit_then_finished(
         assert data == files, name  # the old files are gone, and nothing an interrupted commit left
 
 
+@pytest.mark.slow
 def test_a_column_of_another_type_is_refused_before_anything_changes(tmp_path: Path) -> None:
     root = tmp_path / "old"
     _old_history(root, 2)
@@ -489,6 +495,7 @@ def test_a_column_of_another_type_is_refused_before_anything_changes(tmp_path: P
     assert defilens.convert(root)["tables"] == len(TABLES)
 
 
+@pytest.mark.slow
 def test_a_column_defilens_no_longer_writes_is_kept(tmp_path: Path) -> None:
     root = tmp_path / "old"
     rows = _old_history(root, 2)

@@ -1,16 +1,43 @@
-"""The README's Python examples and the docstrings' ``>>>`` examples run, against a Sandbox."""
+"""Every code block of the README and of docs/ runs as a user pastes it, and the docstrings'
+``>>>`` examples run, against a Sandbox.
+
+A page's blocks run in order, in one fresh namespace with nothing imported (blocks of a page may
+build on each other, as a reader pastes them one after the other into one session): ``python``
+blocks are executed, ``sql`` blocks run in DuckDB with the delta extension loaded from the file the
+``duckdb-extension-delta`` package ships (as docs/history.md says to, offline), ``bash`` blocks
+run in bash with ``defilens`` on the PATH. They run in an empty folder where a short history
+(`collect` of two rounds, with ``raw``) has been written to ``history/``, as the pages' ``defilens
+collect ... --out history/`` would, with ``DEFILENS_BASE_URL`` pointing at a Sandbox.
+
+A block that cannot run here (it builds the package for twenty minutes, collects until stopped,
+needs a bucket or a Spark session) carries a marker comment on the line before it, with the reason,
+which pytest-codeblocks reads too::
+
+    <!--pytest.mark.skip(reason="collects until stopped")-->
+
+Such a block is still checked: Python compiles, SQL parses, bash passes ``bash -n``. The blocks
+are found by pytest-codeblocks's own reader (fences of any length, indented fences, the markers).
+"""
 
 from __future__ import annotations
 
 import doctest
+import glob
 import importlib
 import inspect
+import os
 import pkgutil
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, List, Optional
 
+import duckdb
 import polars as pl
 import pytest
+from pytest_codeblocks import extract_from_file
 
 import defilens
 from defilens._pytest_plugin import FIXTURE_NOW
@@ -18,18 +45,54 @@ from defilens.testing import Sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+#: The languages a block may be written in: each is run (or, marked, checked) by the test.
+LANGUAGES = ("python", "sql", "bash")
+NOT_RUN = re.compile(r"""pytest\.mark\.skip\(reason=(?P<q>["'])(?P<reason>.+)(?P=q)\)""")
 
 
-def python_blocks(text: str) -> "list[tuple[int, str]]":
-    """(line number, source) of every ```python block."""
-    blocks = []
-    for match in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
-        blocks.append((text.count("\n", 0, match.start()) + 2, match.group(1)))
-    return blocks
+@dataclass
+class Block:
+    page: str
+    line: int
+    language: str
+    code: str
+    #: Why the block is not run here, from its marker; None: it runs.
+    not_run: Optional[str]
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
-def _replay_fixture(started: "list[Sandbox]"):
+def blocks(page: Path) -> List[Block]:
+    """Every fenced block of ``page`` that has a language, in order."""
+    found = []
+    for block in extract_from_file(page):
+        reasons = []
+        for mark in block.marks:
+            matched = NOT_RUN.fullmatch(mark.strip())
+            assert matched, (
+                f'{page.name}:{block.lineno}: the marker should read pytest.mark.skip(reason="..."), not {mark!r}'
+            )
+            reasons.append(matched.group("reason"))
+        language = (block.syntax or "").strip()
+        found.append(Block(page.name, block.lineno, language, block.code, reasons[0] if reasons else None))
+    return [block for block in found if block.language]
+
+
+def delta_extension() -> str:
+    """The delta extension's file in the duckdb-extension-delta package, found as docs/history.md says."""
+    import duckdb_extension_delta
+
+    found = glob.glob(
+        os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "**", "*.duckdb_extension"), recursive=True
+    )
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _replay_fixture(started: "List[Sandbox]"):
     """What the ``defilens_replay`` fixture gives a test."""
 
     def replay(path: str, **settings: object) -> Sandbox:
@@ -40,45 +103,102 @@ def _replay_fixture(started: "list[Sandbox]"):
     return replay
 
 
-WITH_EXAMPLES = [page for page in [README, *PAGES] if python_blocks(page.read_text())]
+def _check_without_running(block: Block) -> None:
+    if block.language == "python":
+        compile(block.code, block.where, "exec")
+    elif block.language == "sql":
+        assert duckdb.connect().extract_statements(block.code), f"{block.where}: no SQL statement"
+    else:
+        done = subprocess.run(["bash", "-n", "-c", block.code], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"{block.where}: {done.stderr}"
 
 
-@pytest.mark.parametrize("page", WITH_EXAMPLES, ids=lambda p: p.name)
-def test_python_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    blocks = python_blocks(page.read_text())
+def _run_tests_defined(namespace: "Dict[str, object]", page: str) -> None:
+    """The example tests a page defines, run as pytest would run them, fixtures included."""
+    for name, example in list(namespace.items()):
+        if not (name.startswith("test_") and callable(example)):
+            continue
+        parameters = list(inspect.signature(example).parameters)
+        if parameters == ["defilens_sandbox"]:
+            with Sandbox(now=FIXTURE_NOW) as fixture:
+                example(fixture)
+        elif parameters == ["defilens_replay"]:
+            started: "List[Sandbox]" = []
+            example(_replay_fixture(started))
+            for replay in started:
+                replay.stop()
+        else:
+            assert parameters == [], f"{page}: {name} takes {parameters}"
+            example()
+
+
+WITH_BLOCKS = [page for page in PAGES if blocks(page)]
+
+
+@pytest.mark.parametrize("page", WITH_BLOCKS, ids=lambda p: p.name)
+def test_the_blocks_of_a_page_run_as_pasted(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
+    # `defilens` and `python` on the PATH of the shell blocks: this interpreter's.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     with Sandbox() as sandbox:
         # The examples are written for the real service; the environment points them here.
         monkeypatch.setenv("DEFILENS_BASE_URL", sandbox.url)
-        # What the README's `defilens collect ... --out history/` before the history example does.
+        # What `defilens collect ... --out history/` before the pages' history examples does.
         defilens.Client().collect(["bitcoin", "ethereum"], "0.1s", count=2, out="history/", raw=True)
-        namespace: "dict[str, object]" = {"defilens": defilens, "pl": pl}
-        for line, source in blocks:
-            code = compile(source, f"{page.name}:{line}", "exec")
-            exec(code, namespace)
-        # Example tests run as pytest would run them, the fixture included.
-        for name, example in list(namespace.items()):
-            if not (name.startswith("test_") and callable(example)):
-                continue
-            parameters = list(inspect.signature(example).parameters)
-            if parameters == ["defilens_sandbox"]:
-                with Sandbox(now=FIXTURE_NOW) as fixture:
-                    example(fixture)
-            elif parameters == ["defilens_replay"]:
-                started: "list[Sandbox]" = []
-                example(_replay_fixture(started))
-                for replay in started:
-                    replay.stop()
+        namespace: "Dict[str, object]" = {"__name__": "__main__"}
+        database: "Optional[duckdb.DuckDBPyConnection]" = None
+        for block in blocks(page):
+            if block.not_run is not None:
+                _check_without_running(block)
+            elif block.language == "python":
+                exec(compile(block.code, block.where, "exec"), namespace)
+            elif block.language == "sql":
+                if database is None:
+                    database = duckdb.connect()
+                    database.execute(f"LOAD '{delta_extension()}'")
+                database.execute(block.code).fetchall()
             else:
-                assert parameters == [], f"{page.name}: {name} takes {parameters}"
-                example()
+                done = subprocess.run(
+                    ["bash", "-e", "-o", "pipefail", "-c", block.code], capture_output=True, text=True, timeout=120
+                )
+                assert done.returncode == 0, f"{block.where} exited {done.returncode}: {done.stdout}{done.stderr}"
+        _run_tests_defined(namespace, page.name)
     frames = namespace.get("frames")
     assert frames is None or isinstance(frames, defilens.Frames)
 
 
-def test_the_examples_are_found() -> None:
-    assert len(python_blocks(README.read_text())) >= 2
-    assert sum(len(python_blocks(page.read_text())) for page in PAGES) >= 5
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_block_has_a_language_the_test_runs(page: Path) -> None:
+    """A ```py or ```sh block would pass unseen; text and output blocks have no language."""
+    for block in blocks(page):
+        assert block.language in LANGUAGES, (
+            f"{block.where}: write ```{' or ```'.join(LANGUAGES)}, not ```{block.language}"
+        )
+        assert block.not_run is None or len(block.not_run) > 10, f"{block.where}: say why it cannot run"
+
+
+def test_the_blocks_are_found() -> None:
+    found = [block for page in PAGES for block in blocks(page)]
+    run = [block for block in found if block.not_run is None]
+    assert len([block for block in run if block.page == "README.md" and block.language == "python"]) >= 3
+    assert {block.language for block in run} == set(LANGUAGES), "every language has a block that runs"
+    assert len(run) >= 20 and len(found) - len(run) < len(run), (len(run), len(found))
+
+
+def test_a_marker_reaches_the_block_after_it(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Runs:\n\n```python\nx = 1\n```\n\n"
+        '<!--pytest.mark.skip(reason="needs a Spark session")-->\n\n```python\nspark.stop()\n```\n\n'
+        "Output:\n\n```\nnot code\n```\n"
+    )
+    assert [(b.line, b.language, b.not_run) for b in blocks(page)] == [
+        (3, "python", None),
+        (9, "python", "needs a Spark session"),
+    ]
+    page.write_text('<!--pytest.mark.skip("why")-->\n```bash\nls\n```\n')
+    with pytest.raises(AssertionError, match="should read"):
+        blocks(page)
 
 
 def modules() -> "list[str]":
@@ -121,7 +241,7 @@ def test_the_interval_table_of_the_frames_page_is_the_catalogues() -> None:
 def test_the_configuration_page_shows_the_cores_defaults() -> None:
     """docs/configuration.md writes the defaults out for a reader; they are the core's."""
     page = (ROOT / "docs" / "configuration.md").read_text()
-    block = re.search(r"```python\ndefilens.Client\((.*?)\n\)", page, re.S)
+    block = re.search(r"```python\nimport defilens\n\ndefilens.Client\((.*?)\n\)", page, re.S)
     assert block is not None
     shown = dict(re.findall(r"^\s+(\w+)=(.+?),\s+#", block.group(1), re.M))
     defaults = defilens._core.DEFAULTS

@@ -93,6 +93,7 @@ def test_a_round_left_half_committed_is_finished_by_the_next_collect(tmp_path: P
     assert Spool(root).paths() == []
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_never_leaves_half_a_round_or_a_round_twice(tmp_path: Path) -> None:
     root = tmp_path / "h"
     rng = random.Random(11)
@@ -122,6 +123,7 @@ def test_kill_9_at_random_moments_never_leaves_half_a_round_or_a_round_twice(tmp
     assert not glob.glob(str(root / "_spool" / "*" / "*.round"))
 
 
+@pytest.mark.slow
 def test_two_collectors_at_once_lose_nothing(tmp_path: Path) -> None:
     root = tmp_path / "h"
     shards = [["bitcoin", "ethereum"], ["solana", "dogecoin", "cardano"]]
@@ -142,6 +144,7 @@ def test_two_collectors_at_once_lose_nothing(tmp_path: Path) -> None:
     assert snapshot.group_by("token").len().get_column("len").to_list() == [8] * 5
 
 
+@pytest.mark.slow
 def test_compaction_while_collecting_loses_and_doubles_nothing(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 2)
@@ -412,6 +415,7 @@ def test_a_column_added_between_rounds_keeps_every_round_readable(tmp_path: Path
     assert snapshot.height == 2 and sorted(snapshot["brand_new_field"].to_list(), key=str) == [42.0, None]
 
 
+@pytest.mark.slow
 def test_two_compactions_beside_a_collector_lose_nothing(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 2)

@@ -182,6 +182,7 @@ def test_cli_help_everywhere() -> None:
         assert result.returncode == 0 and "usage:" in result.stdout
 
 
+@pytest.mark.slow
 def test_cli_collect_and_interrupt(tmp_path: Path) -> None:
     out = tmp_path / "hist"
     done = subprocess.run(

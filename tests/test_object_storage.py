@@ -40,6 +40,7 @@ def test_frames_write_and_read_round_trip(bucket: str, s3: Dict[str, str]) -> No
     assert "text/indicators.ndjson" in _keys(bucket, s3)
 
 
+@pytest.mark.slow
 def test_collect_scan_compact_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     with Sandbox(now="2026-01-01T22:00:00Z", seed=5) as sandbox:
@@ -73,6 +74,7 @@ def test_collect_scan_compact_reparse_in_s3(bucket: str, s3: Dict[str, str]) -> 
     assert again.coverage.equals(defilens.audit(root, storage_options=s3, cache=False).coverage)
 
 
+@pytest.mark.slow
 def test_two_collectors_on_s3_at_once_lose_nothing(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/shared"
     options = [arg for key, value in s3.items() for arg in ("--storage-option", f"{key}={value}")]
@@ -134,6 +136,7 @@ def test_an_object_store_that_never_answers_fails_with_an_error_not_a_hang() -> 
             connection.close()
 
 
+@pytest.mark.slow
 def test_the_cli_says_one_line_when_the_object_store_is_down(tmp_path) -> None:
     port = _free_port()  # nothing listens there
     run = subprocess.run(
@@ -161,6 +164,7 @@ def test_storage_options_are_for_urls_only(tmp_path) -> None:
         frames.write(tmp_path / "f", storage_options={"aws_region": "x"})
 
 
+@pytest.mark.slow
 def test_one_compaction_at_a_time_in_s3_and_a_stale_lease_is_taken_over(bucket: str, s3: Dict[str, str]) -> None:
     import json
 

@@ -75,6 +75,7 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_simulated_history_is_stamped_in_simulated_time(simulated: Path) -> None:
     snapshot = defilens.scan(simulated, "snapshot").collect()
     rounds = sorted(set(snapshot["fetched_at"].to_list()))

@@ -438,6 +438,7 @@ def test_numbers_are_read_exactly_as_python_reads_them() -> None:
     assert snapshot == expected_snapshot
 
 
+@pytest.mark.slow
 def test_big_batches_build_the_same_frames_as_one_body_at_a_time() -> None:
     """The batch path (threads, shared string views, reused row buffers) against single bodies."""
     bodies = [defilens.testing.listing_body(f"t-{i}-a-token-name-past-twelve-bytes", seed=5) for i in range(1200)]

@@ -95,6 +95,7 @@ def _brute_values(panel: pl.DataFrame, moments: List[dt.datetime]) -> pl.DataFra
     return pl.concat(parts).select(columns).sort("at", *VALUE_KEYS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frame", ["indicators", "signals"])
 def test_asof_equals_a_brute_force_filter_per_moment(history: Path, frame: str) -> None:
     moments = _moments(history, 1)

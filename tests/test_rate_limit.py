@@ -23,6 +23,7 @@ def _fetch(max_rps: float, headers: bool, n: int, rate_limit="auto"):
         return frames, sandbox.requests, elapsed, client
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("headers", [True, False], ids=["rate headers", "no rate headers"])
 @pytest.mark.parametrize(("max_rps", "n"), [(20, 80), (80, 240)])
 def test_auto_learns_a_limit_it_was_not_told(max_rps: float, n: int, headers: bool) -> None:

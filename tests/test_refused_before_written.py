@@ -396,6 +396,7 @@ def test_cli_sets_an_unreadable_spool_entry_aside_without_a_traceback(bad_spool)
 # -- the same in object storage (moto's S3 on loopback, the fixtures of test_object_storage) --------
 
 
+@pytest.mark.slow
 def test_in_s3_a_foreign_table_is_refused_and_a_bad_spool_entry_set_aside(
     bucket: str,
     s3: Dict[str, str],

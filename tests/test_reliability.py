@@ -25,6 +25,7 @@ SECRET = "sk-live-7f3c9a-never-print"
 # Fault soak
 
 
+@pytest.mark.slow
 def test_soak_2000_ids_with_faults_loses_nothing() -> None:
     """The network issue's acceptance batch: 10% 503, 5% 429, 2% drops, 1% truncated."""
     ids = [f"coin-{i}" for i in range(2000)]

@@ -46,6 +46,7 @@ def _collect(root: Path, rounds: int = 2) -> int:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", WORKING)
 def test_a_root_with_any_usable_name_works_end_to_end(tmp_path: Path, name: str) -> None:
     root = tmp_path / name
@@ -150,6 +151,7 @@ def test_a_file_url_is_decoded(tmp_path: Path) -> None:
     assert defilens.scan(root.as_uri(), "snapshot").collect().height == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["with space", "é", "a%20b"])
 def test_an_object_storage_prefix_with_any_usable_name_works(bucket: str, s3: Dict[str, str], name: str) -> None:
     root = f"{bucket}/{name}"

@@ -23,6 +23,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_spark_map_in_arrow_reparses_the_raw_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession

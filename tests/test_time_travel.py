@@ -107,6 +107,7 @@ def test_a_version_past_the_newest_says_which_is_the_newest(tmp_path: Path) -> N
         defilens.scan(root, "snapshot", as_of=-1)
 
 
+@pytest.mark.slow
 def test_after_log_cleanup_a_moment_older_than_what_is_kept_raises(tmp_path: Path) -> None:
     root = tmp_path / "h"
     table = root / "snapshot"
@@ -184,6 +185,7 @@ def test_versions_lists_rounds_and_compactions(tmp_path: Path) -> None:
         versions(root, "candles")
 
 
+@pytest.mark.slow
 def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(root, 2)
@@ -198,6 +200,7 @@ def test_the_command_line_lists_versions(tmp_path: Path) -> None:
     assert wrong.returncode == 1 and wrong.stderr.startswith("defilens: error: frame must be one of")
 
 
+@pytest.mark.slow
 def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     root = f"{bucket}/history"
     with Sandbox(now="2026-01-01T20:00:00Z", seed=5) as sandbox:
@@ -216,3 +219,78 @@ def test_time_travel_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:
     assert then.height == len(TOKENS)
     with pytest.raises(defilens.HistoryError, match="the newest version is 2"):
         defilens.scan(root, "snapshot", as_of=3, storage_options=s3)
+
+
+def test_version_0_is_the_empty_creation_everywhere_it_is_described(tmp_path: Path) -> None:
+    """``as_of=0`` reads the table's creation, without rows, as every Delta reader does; version 1
+    is the first round. The guide, the API reference (the docstrings) and the CLI say so alike."""
+    root = tmp_path / "h"
+    _collect(root, 2)
+    listed = versions(root, "indicators")
+    creation = listed.row(0, named=True)
+    assert (creation["version"], creation["operation"], creation["rows_added"], creation["round"]) == (
+        0,
+        "WRITE",
+        0,
+        None,
+    )
+    at_0 = defilens.scan(root, "indicators", as_of=0).collect()
+    assert at_0.height == 0 and at_0.schema == defilens.scan(root, "indicators").collect_schema()
+    first = listed.filter(pl.col("round") == 0).row(0, named=True)
+    assert first["version"] == 1
+    assert defilens.scan(root, "indicators", as_of=1).collect().height == first["rows_added"] > 0
+    assert pl.scan_delta(str(root / "indicators"), version=0).collect().height == 0  # as polars has it
+
+    said = "version 0 is the table's creation, without rows"
+    guide = re.sub(r"\s+", " ", (Path(__file__).resolve().parent.parent / "docs" / "history.md").read_text())
+    assert said in guide.lower().replace("*", "")
+    for docstring in (defilens.scan.__doc__, defilens.versions.__doc__):
+        assert said in re.sub(r"\s+", " ", docstring or "").lower()
+    shown = subprocess.run(CLI + ["versions", "--help"], capture_output=True, text=True, timeout=120)
+    assert said in re.sub(r"\s+", " ", shown.stdout).lower()
+
+
+def test_what_time_travel_cannot_reach_is_one_line_saying_how_far_it_reaches(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    listed = versions(root, "snapshot")
+    first_round = listed.filter(pl.col("round") == 0).row(0, named=True)
+    # a moment long before the history: the documented HistoryError, not an empty frame
+    with pytest.raises(defilens.HistoryError) as raised:
+        defilens.scan(root, "snapshot", as_of=dt.datetime(2020, 1, 1))
+    message = str(raised.value)
+    assert "\n" not in message and f"reaches back to {_show(first_round['committed_at'])} (version 1)" in message
+    assert "the table was created" in message, message
+    # a version in the future: which is the newest, and no advice about retention or compaction
+    with pytest.raises(defilens.HistoryError) as raised:
+        defilens.scan(root, "snapshot", as_of=99)
+    message = str(raised.value)
+    assert message.endswith("has no version 99: the newest version is 2"), message
+    assert "retention" not in message and "compact" not in message
+    # a moment in the future reads the newest version
+    tomorrow = dt.datetime.now(UTC) + dt.timedelta(days=1)
+    assert defilens.scan(root, "snapshot", as_of=tomorrow).collect().height == 2 * len(TOKENS)
+    # what is neither a moment nor a version number
+    for wrong in (dt.date(2026, 1, 1), "2026-01-01", 1.0, True):
+        with pytest.raises(TypeError, match="as_of must be a datetime"):
+            defilens.scan(root, "snapshot", as_of=wrong)  # type: ignore[arg-type]
+
+
+def test_the_command_line_lists_each_versions_moment_and_operation(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(root, 2)
+    defilens.compact(root, retention="1h")
+    done = subprocess.run(CLI + ["versions", str(root), "indicators"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    listed = versions(root, "indicators")
+    rows = [
+        [cell.strip() for cell in line.strip("│ ").split("┆")]
+        for line in done.stdout.splitlines()
+        if re.match(r"│ \d", line)
+    ]
+    assert [int(row[0]) for row in rows] == listed.get_column("version").to_list()
+    shown = [row[1] for row in rows]
+    expected = [moment.strftime("%Y-%m-%d %H:%M:%S") for moment in listed.get_column("committed_at")]
+    assert [moment[:19] for moment in shown] == expected and all(moment.endswith("UTC") for moment in shown)
+    assert [row[2] for row in rows] == listed.get_column("operation").to_list()
+    assert "OPTIMIZE" in [row[2] for row in rows]

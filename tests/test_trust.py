@@ -86,6 +86,7 @@ def test_collect_against_a_service_that_is_down_stops_after_three_rounds(tmp_pat
         client.collect(["bitcoin"], "0.05s", count=1, out=tmp_path / "h3", max_failed_rounds=0)
 
 
+@pytest.mark.slow
 def test_collect_goes_on_when_single_tokens_fail(tmp_path: Path) -> None:
     with Sandbox() as sb:
         client = defilens.Client(base_url=sb.url)
@@ -371,6 +372,7 @@ def test_an_old_polars_is_refused_with_the_version_needed() -> None:
     assert f'"polars>={MIN_POLARS[0]}.{MIN_POLARS[1]}"' in pyproject, "pyproject.toml declares another floor"
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path: Path) -> None:
     import random
     import signal

@@ -292,8 +292,8 @@ def scan(
 
     ``as_of`` reads the table as it was: at a moment (a datetime; naive means UTC), by the commit
     timestamps that `versions` lists, or at a table version number (each table has its own; they
-    are the numbers every Delta reader uses: version 0 is the table's creation, empty, and version
-    1 its first round). Time travel reaches back as far as the table's log is kept (a week by
+    are the numbers every Delta reader uses: version 0 is the table's creation, without rows, and
+    version 1 its first round). Time travel reaches back as far as the table's log is kept (a week by
     default; see `defilens.compact`) and no further back than the table's first round: an older
     moment or version, or a version past the newest, raises `HistoryError` saying how far it
     reaches. `versions` lists what is kept.
