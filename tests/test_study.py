@@ -258,6 +258,7 @@ def test_newey_west_equals_statsmodels_hac_of_a_mean() -> None:
         assert newey_west_t(values, lags) == pytest.approx(float(fit.tvalues[0]), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_evaluation_prints_a_verdict_and_draws_it(walks: Walks, tmp_path) -> None:
     labels = defilens.forward_returns(walks[0], signals(walks[0]), HORIZONS)
     score = defilens.evaluate(labels, "rsi14")
@@ -276,6 +277,7 @@ def test_the_evaluation_prints_a_verdict_and_draws_it(walks: Walks, tmp_path) ->
         assert (tmp_path / "plot.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_the_evaluation_refuses_what_it_cannot_judge(walks: Walks) -> None:
     labels = defilens.forward_returns(walks[0], signals(walks[0]), "1h")
     with pytest.raises(ValueError, match="'rsi14' is the same for every token"):
@@ -296,6 +298,7 @@ def test_the_evaluation_refuses_what_it_cannot_judge(walks: Walks) -> None:
         defilens.evaluate(labels, "token")
 
 
+@pytest.mark.slow
 def test_no_signal_works_on_a_random_walk(walks: Walks) -> None:
     """RSI, %b and a bullish pattern on twenty Sandbox random walks: the IC is near zero and the
     overlap-corrected t-statistic within ±2 in at least 18 of 20 seeds at each horizon."""
@@ -319,6 +322,7 @@ def test_no_signal_works_on_a_random_walk(walks: Walks) -> None:
     assert abs(sum(ics) / len(ics)) < 0.02 and max(abs(ic) for ic in ics) < 0.15
 
 
+@pytest.mark.slow
 def test_a_one_candle_leak_is_flagged_every_time_and_would_have_looked_significant(walks: Walks) -> None:
     for seed, root in walks.items():
         leaky = defilens.lookahead_check(leaky_rsi, root)
@@ -330,6 +334,7 @@ def test_a_one_candle_leak_is_flagged_every_time_and_would_have_looked_significa
         assert "positive mean IC at 1h" in unchecked.verdict
 
 
+@pytest.mark.slow
 def test_the_check_compares_value_not_repaints_and_refuses_studies_it_cannot_cut(walks: Walks, tmp_path) -> None:
     root = walks[1]
 
@@ -359,6 +364,7 @@ def test_the_check_compares_value_not_repaints_and_refuses_studies_it_cannot_cut
 # -- the hand-offs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_alphalens_gives_the_same_ic(walks: Walks) -> None:
     alphalens = pytest.importorskip("alphalens")
     root = walks[2]
@@ -385,6 +391,7 @@ def test_alphalens_gives_the_same_ic(walks: Walks) -> None:
         assert compared >= 80
 
 
+@pytest.mark.slow
 def test_vectorbt_trades_return_what_the_labels_say(walks: Walks) -> None:
     vbt = pytest.importorskip("vectorbt")
     root = walks[3]
