@@ -12,8 +12,8 @@ from typing import Dict, List, Mapping, Sequence, Set
 import polars as pl
 
 import defilens
-from defilens.history._rounds import round_of_fetch, tables_of
 from defilens.history._root import root_of
+from defilens.history._rounds import round_of_fetch, tables_of
 from defilens.history._tables import commit_round
 
 START = "2026-01-05T00:00:00Z"
