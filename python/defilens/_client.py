@@ -13,6 +13,7 @@ import polars as pl
 from . import _core
 from ._exceptions import DefiLensError, DefiLensWarning
 from ._frames import Frames, _from_core
+from ._names import checked_keywords
 from ._progress import progress_callback
 
 __all__ = ["Client", "AsyncClient", "DEFAULTS", "DEFAULT_BASE_URL"]
@@ -52,6 +53,7 @@ def _check_token_type(token_id: object) -> None:
 class _BaseClient:
     """What `Client` and `AsyncClient` share: settings, repr, lifetime."""
 
+    @checked_keywords
     def __init__(
         self,
         *,

@@ -16,7 +16,7 @@ from .._exceptions import HistoryError
 from ._layout import State, states
 from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
 from ._root import PathLike, Root, require, require_history, root_of
-from ._tables import PARTITION, TABLES, load, one_line
+from ._tables import PARTITION, TABLES, check_ours, load, one_line
 
 #: How long time travel reaches back unless the caller says otherwise.
 DEFAULT_RETENTION = dt.timedelta(days=7)
@@ -131,6 +131,10 @@ def compact(
         from ._layout import convert_hint
 
         raise HistoryError(convert_hint(root))
+    for name in TABLES:
+        table = load(root, name) if found[name] is State.DELTA else None
+        if table is not None:  # another dataset's table is not ours to rewrite
+            check_ours(table, name, root.table(name), "compact only a defilens history: move that table away")
     with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
         return _compact(root, found, lease, retention_span, sort, budget, target, now)
 

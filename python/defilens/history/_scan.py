@@ -25,7 +25,7 @@ from .._exceptions import HistoryError
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import PathLike, Root, require, require_history, root_of
 from ._rounds import empty_table
-from ._tables import RAW, TABLES, frame_schema, load, one_line, restore
+from ._tables import RAW, TABLES, check_ours, frame_schema, load, one_line, restore
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -89,6 +89,19 @@ def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]
     return root
 
 
+#: What to do about a foreign table, for a reader.
+READER_ADVICE = "read it with polars or deltalake directly, or give a root that `defilens collect --out` wrote"
+
+
+def load_ours(root: Root, name: str) -> "Optional[DeltaTable]":
+    """The table ``name`` loaded, or None when there is none; a Delta table of another dataset at
+    its path is refused (`check_ours`), never read as if it were the frame."""
+    table = load(root, name)
+    if table is not None:
+        check_ours(table, name, root.table(name), READER_ADVICE)
+    return table
+
+
 def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Expr]" = ()) -> pl.LazyFrame:
     """One table as a LazyFrame; ``where`` filters the columns as they are on disk, below the
     casts that give the frames' dtypes, so that they reach the Delta scan (files skipped by
@@ -106,7 +119,7 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
         raise HistoryError(convert_hint(root))
     if found is State.FOREIGN:
         raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
-    table = load(root, name)
+    table = load_ours(root, name)
     if table is None:
         return empty_table(name).lazy()
     if as_of is not None:
@@ -338,7 +351,7 @@ def versions(
     found = state(root, name)
     if found is State.FOREIGN:
         raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
-    table = load(root, name) if found is State.DELTA else None
+    table = load_ours(root, name) if found is State.DELTA else None
     if table is not None:
         history = commits(root, name, table)
         oldest = oldest_kept(root, name, history)

@@ -3,12 +3,12 @@ checked against the field catalogue and turned into filters that reach the Delta
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
+from .._names import did_you_mean
 from .._core import FAMILY_INTERVALS, INTERVAL_MS, INTERVALS, empty_frames
 
 #: The frames whose rows belong to a candle, and the column that names a series in each.
@@ -58,10 +58,7 @@ def _texts(what: str, values: Names) -> Optional[Tuple[str, ...]]:
 
 
 def _unknown(what: str, value: str, known: Sequence[str]) -> ValueError:
-    lowered = {name.lower(): name for name in known}
-    close = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=0.5)
-    hint = f" (did you mean {lowered[close[0]]!r}?)" if close else ""
-    return ValueError(f"unknown {what} {value!r}{hint}: the known ones are {', '.join(known)}")
+    return ValueError(f"unknown {what} {value!r}{did_you_mean(value, known)}: the known ones are {', '.join(known)}")
 
 
 @dataclass(frozen=True)
