@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any, Dict, Mapping, Optional, Union
 
-from .._duration import parse_every
+from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
 from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
@@ -60,7 +60,7 @@ def _retention(value: Union[str, float, dt.timedelta]) -> dt.timedelta:
     retention = dt.timedelta(seconds=parse_every(value, "retention"))
     if retention < MIN_RETENTION:
         raise ValueError(
-            f"retention must be at least {MIN_RETENTION} so that vacuum never deletes files a collector is still "
+            f"retention must be at least {format_duration(MIN_RETENTION)} so that vacuum never deletes files a collector is still "
             f"committing, got {value!r}"
         )
     return retention
