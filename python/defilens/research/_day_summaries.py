@@ -33,7 +33,7 @@ from .._frames import INTERVAL
 from .._progress import progress_callback
 from ..history._root import Root, require
 from ..history._scan import load_ours
-from ..history._tables import PARTITION, TABLE_PROPERTIES, load, one_line, restore, to_disk
+from ..history._tables import PARTITION, TABLE_PROPERTIES, one_line, restore, to_disk
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

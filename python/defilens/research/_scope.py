@@ -8,8 +8,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
-from .._names import did_you_mean
 from .._core import FAMILY_INTERVALS, INTERVAL_MS, INTERVALS, empty_frames
+from .._names import did_you_mean
 
 #: The frames whose rows belong to a candle, and the column that names a series in each.
 CANDLE_FRAMES: Dict[str, str] = {"indicators": "indicator", "signals": "indicator", "patterns": "family"}
