@@ -21,7 +21,7 @@ import polars as pl
 
 from . import _waiting
 from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
-from ._duration import parse_every
+from ._duration import format_duration, parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
 from ._names import did_you_mean
@@ -29,6 +29,7 @@ from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versi
 from .history._collect import InterruptedCommit
 from .history._collect import prepare as prepare_root
 from .history._liveness import check_collector_id
+from .history._retained import megabytes
 from .history._tables import COMMIT_THREADS, one_line
 from .research import audit
 from .testing import Sandbox
@@ -694,9 +695,18 @@ def _compact(args: argparse.Namespace) -> int:
     )
     print(
         f"compacted: {report['files_before']:,} data files became {report['files_after']:,} "
-        f"({report['files_removed']:,} packed into {report['files_added']:,}), {report['days_sorted']} closed days "
-        f"sorted by token, {report['files_vacuumed']:,} old files vacuumed"
+        f"({report['files_removed']:,} packed into {report['files_added']:,}), "
+        f"{_plural(report['days_sorted'], 'closed day')} sorted by token, "
+        f"{_plural(report['files_vacuumed'], 'old file')} vacuumed"
     )
+    if report["files_kept"]:
+        retention = format_duration(parse_every(args.retention))
+        print(
+            f"kept for time travel: {_plural(report['files_kept'], 'replaced file')} "
+            f"({megabytes(report['bytes_kept'])}) beside the {megabytes(report['bytes_live'])} the tables read now; "
+            f"they stay until the retention of {retention} has passed and a later compaction vacuums them, so disk "
+            "use grows until then"
+        )
     return 0
 
 
@@ -801,6 +811,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return code
         except _Failed as failed:
             return failed.code
+        except BrokenPipeError:
+            # The reader went away (`defilens audit DIR | head`): nothing more to say to it.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_FAILURE
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -833,8 +848,8 @@ def _show_warning(
 def _one_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror and not isinstance(error, DefiLensError):
         # "[Errno 2] No such file or directory: '/proc/nope'" as a sentence, without the errno.
-        target = f" {str(error.filename)!r}" if error.filename else ""
-        return f"cannot use{target}: {error.strerror[:1].lower()}{error.strerror[1:]}"
+        why = f"{error.strerror[:1].lower()}{error.strerror[1:]}"
+        return f"cannot use {str(error.filename)!r}: {why}" if error.filename else why
     return one_line(error, limit=None)
 
 

@@ -286,7 +286,7 @@ class Client(_BaseClient):
         out: Union[str, "os.PathLike[str]"],
         markets: bool = True,
         on_round: Optional[Callable[[int, Frames], None]] = None,
-        progress: Optional[bool] = False,
+        progress: Optional[bool] = None,
         max_failed_rounds: Optional[int] = None,
         raw: bool = False,
         compact: bool = False,
@@ -302,7 +302,8 @@ class Client(_BaseClient):
         (``None``: until Ctrl-C) and returns the number of rounds committed; ``on_round(n,
         frames)`` is called after each round is committed. ``raw=True`` also
         keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        ``compact=True`` runs `defilens.compact` as it goes. ``out`` may be an object storage URL
+        ``compact=True`` runs `defilens.compact` as it goes. ``progress`` draws a bar over the
+        rounds (a round counter without ``count``; ``None``: on a terminal or in a notebook). ``out`` may be an object storage URL
         (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
         permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
         which every request failed raise the last error. ``collector_id`` names the collector

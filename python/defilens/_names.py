@@ -8,7 +8,7 @@ import functools
 import inspect
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-__all__ = ["closest", "did_you_mean", "checked_keywords"]
+__all__ = ["closest", "did_you_mean", "checked_keywords", "check_interval"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -18,6 +18,35 @@ def closest(value: str, known: Sequence[str]) -> Optional[str]:
     lowered = {name.lower(): name for name in known}
     close = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=0.5)
     return lowered[close[0]] if close else None
+
+
+def closest_interval(value: str) -> Optional[str]:
+    """The interval, as the frames spell it, that ``value`` most likely means: the one of the same
+    length by the duration grammar (``"1d"`` and ``"60m"`` are ``24h`` and ``1h``), else the most
+    alike (``"1hr"`` is ``1h``)."""
+    from ._core import INTERVAL_MS, INTERVALS, parse_duration
+
+    try:
+        milliseconds = round(parse_duration(value, "interval") * 1000)
+    except (ValueError, TypeError):
+        return closest(value, INTERVALS)
+    return next((name for name, length in INTERVAL_MS.items() if length == milliseconds), None) or closest(
+        value, INTERVALS
+    )
+
+
+def check_interval(value: object) -> str:
+    """``value`` if it is an interval the catalogue knows, as the frames spell it (``5m``, ``15m``,
+    ``1h``, ``4h``, ``24h``, ``1w``); else a `ValueError` naming the closest and the known ones."""
+    from ._core import INTERVAL_MS, INTERVALS
+
+    if not isinstance(value, str):
+        raise TypeError(f"an interval is a str such as '1h', got {type(value).__name__}")
+    if value not in INTERVAL_MS:
+        near = closest_interval(value)
+        hint = f" (did you mean {near!r}?)" if near else ""
+        raise ValueError(f"unknown interval {value!r}{hint}: the known ones are {', '.join(INTERVALS)}")
+    return value
 
 
 def did_you_mean(value: str, known: Sequence[str]) -> str:

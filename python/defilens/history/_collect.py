@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mappi
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
+from .._progress import ProgressCallback, progress_callback
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
@@ -233,7 +234,7 @@ def collect(
     out: PathLike,
     markets: bool = True,
     on_round: Optional[Callable[[int, "Frames"], None]] = None,
-    progress: Optional[bool] = False,
+    progress: Optional[bool] = None,
     max_failed_rounds: int = DEFAULT_MAX_FAILED_ROUNDS,
     raw: bool = False,
     compact: bool = False,
@@ -254,7 +255,8 @@ def collect(
     drift; a round that overruns skips the ticks it missed. Stops after ``count`` rounds
     (``None``: until Ctrl-C) and returns the number of rounds committed. ``raw`` also keeps the
     response bodies in a ``raw`` table (`defilens.reparse` rebuilds the frames from it);
-    ``compact`` runs `defilens.compact` every hour as it goes. ``out`` may be an object storage URL
+    ``compact`` runs `defilens.compact` every hour as it goes. ``progress`` draws a bar over the
+    rounds (a round counter without ``count``); ``None`` draws it on a terminal or in a notebook. ``out`` may be an object storage URL
     (``s3://bucket/prefix``) with polars-style ``storage_options``.
 
     ``collector_id`` names the collector in every table's log (default: a new random id a run);
@@ -277,7 +279,11 @@ def collect(
         raise ValueError("collect needs at least one token id")
     app_id = new_collector_id() if collector_id is None else check_collector_id(collector_id)
     root = prepare(out, storage_options)
-    with collector_running(root, app_id) as running:
+    # One bar over rounds (a counter without ``count``), not a request bar per round.
+    with (
+        collector_running(root, app_id) as running,
+        progress_callback(progress, count or 0, "collect", "rounds", threshold=0) as on_progress,
+    ):
         return _collect_rounds(
             client,
             ids,
@@ -287,7 +293,7 @@ def collect(
             count=count,
             markets=markets,
             on_round=on_round,
-            progress=progress,
+            on_progress=on_progress,
             max_failed_rounds=max_failed_rounds,
             raw=raw,
             compact=compact,
@@ -306,7 +312,7 @@ def _collect_rounds(
     count: Optional[int],
     markets: bool,
     on_round: Optional[Callable[[int, "Frames"], None]],
-    progress: Optional[bool],
+    on_progress: Optional[ProgressCallback],
     max_failed_rounds: int,
     raw: bool,
     compact: bool,
@@ -332,7 +338,7 @@ def _collect_rounds(
         with warnings.catch_warnings():
             # A round in which everything failed is handled below, not warned about each time.
             warnings.simplefilter("ignore", DefiLensWarning)
-            frames = client.fetch(ids, markets=markets, progress=progress)
+            frames = client.fetch(ids, markets=markets, progress=False)
         round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
         in_thread(running.check)  # may renew its lease: a call into obstore
         with finishing_commit() as interrupted:
@@ -340,6 +346,8 @@ def _collect_rounds(
             commit(root, spool, round_, path)
         rounds += 1
         number += 1
+        if on_progress is not None:
+            on_progress(rounds, count or 0)
         if interrupted:
             # Ctrl-C during the commit: the round is in every table; stop after reporting it.
             if on_round is not None:

@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import polars as pl
 
 from .._core import FAMILY_INTERVALS, INTERVAL_MS, INTERVALS, empty_frames
-from .._names import did_you_mean
+from .._names import check_interval, did_you_mean
 
 #: The frames whose rows belong to a candle, and the column that names a series in each.
 CANDLE_FRAMES: Dict[str, str] = {"indicators": "indicator", "signals": "indicator", "patterns": "family"}
@@ -132,11 +132,10 @@ def scope_of(
             raise _unknown("indicator" if frame != "patterns" else "pattern family", name, list(known))
     offered = [interval for interval in INTERVALS if any(interval in known[name] for name in names or known)]
     for interval in interval_names or ():
-        if interval not in INTERVAL_MS:
-            raise _unknown("interval", interval, INTERVALS)
+        check_interval(interval)
         if interval not in offered:
             which = ", ".join(names) if names else frame
-            raise ValueError(f"{which} has none of the intervals {interval}: the intervals are {', '.join(offered)}")
+            raise ValueError(f"{which} has no {interval} values: the service gives it {', '.join(offered)}")
         if interval not in CANDLE_INTERVALS:
             raise ValueError(
                 f"{interval} has no candle time (the service's ta_updated has none for {interval}), so {frame} cannot "
