@@ -419,13 +419,16 @@ def _writable_folder(path: str) -> None:
 def _nothing_left_on_failure(path: Optional[str]) -> Iterator[None]:
     """Removes the folder ``path`` (and empty folders in it) again when the command fails and
     the folder did not exist before it and holds no file: a failed command leaves no trace."""
-    folder = Path(path) if path and "://" not in path else None
-    existed = folder is None or folder.exists()
+    folder = Path(path).absolute() if path and "://" not in path else None
+    # The outermost folder the command may create: --out, or the first of its parents missing.
+    created = None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        created, folder = folder, folder.parent
     try:
         yield
     except BaseException:
-        if not existed:
-            _remove_empty(folder)  # type: ignore[arg-type]
+        if created is not None:
+            _remove_empty(created)
         raise
 
 
