@@ -134,7 +134,31 @@ API_CASES: List[Tuple[str, Callable[[Dict[str, Path]], Any], Type[BaseException]
         "AsyncClient with a positional argument",
         lambda r: defilens.AsyncClient("x"),
         TypeError,
-        ("AsyncClient()", "api_key"),
+        ("AsyncClient()", "too many positional arguments", "api_key"),
+    ),
+    (
+        "fetch with a mistyped argument",
+        lambda r: defilens.Client(base_url="http://127.0.0.1:9").fetch(["bitcoin"], market=False),
+        TypeError,
+        ("Client.fetch()", "did you mean 'markets'"),
+    ),
+    (
+        "scan of a mistyped frame",
+        lambda r: defilens.scan(r["history"], "indicatorz"),
+        ValueError,
+        ("did you mean 'indicators'",),
+    ),
+    (
+        "scan as of a date",
+        lambda r: defilens.scan(r["history"], "indicators", as_of=dt.date(2026, 1, 5)),
+        TypeError,
+        ("a date is a day",),
+    ),
+    (
+        "read of a history",
+        lambda r: defilens.read(r["history"]),
+        ValueError,
+        ("is a history", "defilens.scan("),
     ),
     ("rsi of 0 closes", _rsi_zero, ValueError, ("ta.rsi", "n must be", "got 0")),
     (

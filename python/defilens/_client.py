@@ -232,6 +232,7 @@ class Client(_BaseClient):
         ['bitcoin', 'ethereum']
     """
 
+    @checked_keywords
     def token(self, token_id: str, *, markets: bool = True) -> Frames:
         """Fetches one token (listing and, by default, markets) and raises on any failure."""
         _check_token_type(token_id)
@@ -240,6 +241,7 @@ class Client(_BaseClient):
         _raise_first_error(result)
         return _from_core(result)
 
+    @checked_keywords
     def markets(self, token_id: str) -> pl.DataFrame:
         """Fetches one token's exchange markets; raises on failure."""
         _check_token_type(token_id)
@@ -248,6 +250,7 @@ class Client(_BaseClient):
         _raise_first_error(result)
         return result["markets"]
 
+    @checked_keywords
     def fetch(
         self,
         token_ids: TokenIds,
@@ -277,6 +280,7 @@ class Client(_BaseClient):
         self._warn_about_the_cache()
         return _from_core(result)
 
+    @checked_keywords
     def collect(
         self,
         token_ids: TokenIds,

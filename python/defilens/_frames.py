@@ -374,7 +374,13 @@ def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None)
             continue
     if not frames:
         if not _is_url(text):
-            written = sorted({p.suffix for p in Path(text).iterdir() if p.stem in FRAME_NAMES} - {".parquet"})
+            if any((Path(text) / name / "_delta_log").is_dir() for name in FRAME_NAMES):
+                raise ValueError(
+                    f"{text!r} is a history (Delta tables, written by collect): read it with "
+                    f"defilens.scan({text!r}, 'indicators'); defilens.read reads a folder written by Frames.write"
+                )
+            suffixes = {f".{name}" for name in FORMATS} - {".parquet"}
+            written = sorted({p.suffix for p in Path(text).iterdir() if p.stem in FRAME_NAMES} & suffixes)
             if written:
                 raise ValueError(
                     f"{text!r} holds frames written as {', '.join(s.lstrip('.') for s in written)}, which defilens.read "

@@ -56,9 +56,9 @@ def did_you_mean(value: str, known: Sequence[str]) -> str:
 
 
 def checked_keywords(function: F) -> F:
-    """Makes a method refuse arguments it does not take with a `TypeError` that names the class
-    the user called (``Client()``) and, for an unknown keyword, the closest valid one, instead of
-    Python's message naming an internal function."""
+    """Makes a method refuse arguments it does not take with a `TypeError` that names what the
+    user called (``Client()``, ``Client.fetch()``) and, for an unknown keyword, the closest valid
+    one, instead of Python's message naming an internal function."""
     signature = inspect.signature(function)
     accepted = [
         name
@@ -68,7 +68,8 @@ def checked_keywords(function: F) -> F:
 
     @functools.wraps(function)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        owner = f"{type(self).__name__}()"
+        method = "" if function.__name__ == "__init__" else f".{function.__name__}"
+        owner = f"{type(self).__name__}{method}()"
         unknown = [name for name in kwargs if name not in signature.parameters]
         if unknown:
             name = unknown[0]
@@ -79,7 +80,7 @@ def checked_keywords(function: F) -> F:
         try:
             signature.bind(self, *args, **kwargs)
         except TypeError as error:
-            raise TypeError(f"{owner}: {error} (its arguments are keywords: {', '.join(accepted)})") from None
+            raise TypeError(f"{owner}: {error} (it takes {', '.join(accepted)}, the settings as keywords)") from None
         return function(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

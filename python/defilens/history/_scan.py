@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._names import did_you_mean
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import PathLike, Root, require, require_history, root_of
 from ._rounds import empty_table
@@ -74,7 +75,14 @@ def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
         if as_of < 0:
             raise ValueError(f"as_of must be a table version >= 0 or a datetime, got {as_of}")
         return as_of
-    raise TypeError(f"as_of must be a datetime (naive means UTC) or a table version number, got {type(as_of).__name__}")
+    hint = (
+        ": a date is a day, not a moment; give a datetime such as datetime(2026, 1, 5, 12)"
+        if isinstance(as_of, dt.date)
+        else ""
+    )
+    raise TypeError(
+        f"as_of must be a datetime (naive means UTC) or a table version number, got {type(as_of).__name__}{hint}"
+    )
 
 
 def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root:
@@ -320,7 +328,10 @@ def scan(
     For example ``defilens.scan("history/", "indicators").filter(pl.col("token") == "bitcoin")``.
     """
     if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
-        raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
+        raise ValueError(
+            f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}"
+            f"{did_you_mean(frame, [*TABLES, 'errors']) if isinstance(frame, str) else ''}"
+        )
     root = open_for_reading(path, storage_options)
     if frame == "errors":
         return scan_table(root, "log", as_of).filter(~pl.col("ok"))
@@ -344,7 +355,10 @@ def versions(
     ``defilens.history.versions("history/", "indicators").filter(pl.col("round").is_not_null())``.
     """
     if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
-        raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
+        raise ValueError(
+            f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}"
+            f"{did_you_mean(frame, [*TABLES, 'errors']) if isinstance(frame, str) else ''}"
+        )
     root = open_for_reading(path, storage_options)
     name = "log" if frame == "errors" else frame
     rows: "List[Dict[str, Any]]" = []

@@ -106,7 +106,8 @@ def scope_of(
     """Checks what a point-in-time read should cover; a name the catalogue does not know is a
     `ValueError` that names the known ones (and the closest)."""
     if not isinstance(frame, str) or frame not in FRAMES:
-        raise ValueError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}")
+        hint = did_you_mean(frame, FRAMES) if isinstance(frame, str) else ""
+        raise ValueError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}{hint}")
     token_ids = _texts("tokens", tokens)
     interval_names = _texts("intervals", intervals)
     if frame == "snapshot":
