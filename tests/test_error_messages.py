@@ -311,3 +311,41 @@ def test_a_foreign_table_is_refused_before_its_rows_are_read(roots: Dict[str, Pa
         defilens.scan(roots["foreign"], "indicators")
     # the frames of the root that are ours still read
     assert defilens.scan(roots["foreign"], "snapshot").collect().height == 1
+
+
+def test_compact_says_what_time_travel_keeps_on_disk(
+    roots: Dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    history = tmp_path / "history"
+    shutil.copytree(roots["history"], history)
+    with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
+        client.collect(["bitcoin"], "0.2s", count=2, out=history, progress=False)
+    assert main(["compact", str(history), "--retention", "2h"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("compacted: ") and " packed into " in out[0]
+    assert out[1].startswith("kept for time travel: ") and "retention of 2h" in out[1] and " MB" in out[1], out
+    report = defilens.compact(history, retention="2h")
+    on_disk = sum(path.stat().st_size for path in history.rglob("*.parquet") if "_delta_log" not in path.parts)
+    assert report["files_kept"] > 0 and report["bytes_kept"] + report["bytes_live"] == on_disk
+
+
+def test_collect_draws_one_bar_over_rounds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
+        assert client.collect(["bitcoin", "ethereum"], "0.2s", count=2, out=tmp_path / "h", progress=True) == 2
+    err = capsys.readouterr().err
+    assert "collect" in err and "2/2" in err and "round" in err, err
+    assert "request" not in err  # no request bar per round
+
+
+def test_counts_are_singular_and_plural(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["collect", "bitcoin", "--every", "1s", "--count", "1", "--out", str(tmp_path / "h"), "--sandbox"]) == 0
+    out = capsys.readouterr().out
+    assert "round 1: 1 token\n" in out and "committed 1 round to" in out, out
+
+
+def test_every_sandbox_option_has_help(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["sandbox", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--seed SEED the", "--error-rate SHARE", "--drop-rate SHARE", "--invalid-json-rate SHARE"):
+        assert option in text, option
