@@ -349,3 +349,12 @@ def test_every_sandbox_option_has_help(capsys: pytest.CaptureFixture) -> None:
     text = " ".join(capsys.readouterr().out.split())
     for option in ("--seed SEED the", "--error-rate SHARE", "--drop-rate SHARE", "--invalid-json-rate SHARE"):
         assert option in text, option
+
+
+def test_summaries_write_every_count_with_separators() -> None:
+    from defilens._text import with_separators
+
+    line = "coverage: 12345 of 1,440 seen (99.5%) across 1200 tokens; coin1000 2026-01-05 20:00:00 0.12345 x-10000 7"
+    assert with_separators(line) == (
+        "coverage: 12,345 of 1,440 seen (99.5%) across 1,200 tokens; coin1000 2026-01-05 20:00:00 0.12345 x-10000 7"
+    )

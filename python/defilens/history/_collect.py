@@ -319,6 +319,7 @@ def _collect_rounds(
     storage_options: Optional[Mapping[str, Any]],
     first: Optional[int],
 ) -> int:
+    progress = False  # one bar over the rounds (on_progress), none over each round's requests
     app_id = running.app_id
     spool = Spool(root)
     finished = recover(root, spool, running)
@@ -338,7 +339,7 @@ def _collect_rounds(
         with warnings.catch_warnings():
             # A round in which everything failed is handled below, not warned about each time.
             warnings.simplefilter("ignore", DefiLensWarning)
-            frames = client.fetch(ids, markets=markets, progress=False)
+            frames = client.fetch(ids, markets=markets, progress=progress)
         round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw)
         in_thread(running.check)  # may renew its lease: a call into obstore
         with finishing_commit() as interrupted:

@@ -9,6 +9,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._text import with_separators
 from ..history._root import PathLike, Root
 from ..history._scan import history_cut, open_for_reading, scan_table
 from ._day_summaries import day_summaries, gaps_of, step
@@ -56,19 +57,19 @@ class Audit:
         seen = int(cov["seen"].sum() or 0)
         share = f"{seen / expected:.1%}" if expected else "-"
         lines.append(
-            f"coverage: {seen:,} of {expected:,} candle closes seen ({share}) across {tokens:,} tokens and "
-            f"{cov.height:,} token-interval pairs; {self.gaps.height:,} gaps"
+            f"coverage: {seen:,} of {expected:,} candle closes seen ({share}) across {tokens} tokens and "
+            f"{cov.height} token-interval pairs; {self.gaps.height} gaps"
         )
         worst = self.worst()
         if worst.height:
             lines.append(
                 "most missing: "
-                + ", ".join(f"{t} {i} ({m:,})" for t, i, m in worst.select("token", "interval", "missing").iter_rows())
+                + ", ".join(f"{t} {i} ({m})" for t, i, m in worst.select("token", "interval", "missing").iter_rows())
             )
             by_interval = (
                 cov.group_by("interval").agg(pl.col("missing").sum()).filter(pl.col("missing") > 0).sort("interval")
             )
-            lines.append("missing by interval: " + ", ".join(f"{i} {m:,}" for i, m in by_interval.iter_rows()))
+            lines.append("missing by interval: " + ", ".join(f"{i} {m}" for i, m in by_interval.iter_rows()))
         else:
             lines.append("no candle missing between the first and last seen")
         if self.failures.height:
@@ -78,16 +79,16 @@ class Audit:
             )
             lines.append(
                 "failed requests: "
-                + ", ".join(f"{k} {n:,}" for k, n in by_kind.iter_rows())
+                + ", ".join(f"{k} {n}" for k, n in by_kind.iter_rows())
                 + " (most: "
-                + ", ".join(f"{t} {n:,}" for t, n in worst_tokens.iter_rows())
+                + ", ".join(f"{t} {n}" for t, n in worst_tokens.iter_rows())
                 + ")"
             )
         else:
             lines.append("failed requests: none")
-        lines.append(f"stale fetches (older than their interval): {self.stale.height:,}")
-        lines.append(f"repainted candles: {self.revisions.height:,}")
-        return "\n".join(lines)
+        lines.append(f"stale fetches (older than their interval): {self.stale.height}")
+        lines.append(f"repainted candles: {self.revisions.height}")
+        return with_separators("\n".join(lines))
 
     def __repr__(self) -> str:
         return f"<Audit {self.coverage.height} token-interval pairs, {self.gaps.height} gaps, max missing {self.max_missing()}>"
