@@ -76,6 +76,12 @@ def _history_panel(roots: Dict[str, Path]) -> None:
     defilens.research.verify(rows, candles)
 
 
+def _sandbox_typo(roots: Dict[str, Path]) -> None:
+    with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:
+        assert client.token("coin-042", markets=False).snapshot.height == 1  # a generated token of its own
+        client.token("etherum", markets=False)
+
+
 def _rsi_zero(roots: Dict[str, Path]) -> None:
     pl.DataFrame({"close": [1.0, 2.0]}).select(defilens.ta.rsi(pl.col("close"), 0))
 
@@ -160,6 +166,7 @@ API_CASES: List[Tuple[str, Callable[[Dict[str, Path]], Any], Type[BaseException]
         ValueError,
         ("is a history", "defilens.scan("),
     ),
+    ("a typo of a Sandbox token", _sandbox_typo, defilens.NotFoundError, ("etherum", "did you mean ethereum")),
     ("rsi of 0 closes", _rsi_zero, ValueError, ("ta.rsi", "n must be", "got 0")),
     (
         "macd fast not shorter than slow",

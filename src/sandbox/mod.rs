@@ -283,7 +283,11 @@ pub fn lists(token: &str) -> bool {
 /// changed, or two swapped), two for known ids of eight letters or more; `None` for a known id
 /// itself and for every other slug (those are generated tokens of their own).
 pub fn typo_of(token: &str) -> Option<&'static str> {
-    known_ids().into_iter().find(|known| {
+    let known = known_ids();
+    if known.contains(&token) {
+        return None; // bitcoin is two edits from litecoin, and still bitcoin
+    }
+    known.into_iter().find(|known| {
         let allowed = if known.len() >= 8 { 2 } else { 1 };
         let distance = edit_distance(token.as_bytes(), known.as_bytes());
         distance > 0 && distance <= allowed

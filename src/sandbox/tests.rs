@@ -459,7 +459,10 @@ fn typos_of_known_ids_are_not_listed_and_other_slugs_are() {
     assert_eq!(super::typo_of("etherum"), Some("ethereum"));
     assert_eq!(super::typo_of("etheruem"), Some("ethereum"));
     assert_eq!(super::typo_of("bitcoinn"), Some("bitcoin"));
-    assert_eq!(super::typo_of("bitcoin"), None);
+    for known in super::known_ids() {
+        assert_eq!(super::typo_of(known), None, "{known}");
+        assert!(super::lists(known), "{known}");
+    }
     for slug in ["coin-042", "my-token", "t1", "bitcoin-cash", "wrapped-bitcoin", "tron2x", "sol", "eth"] {
         assert!(super::lists(slug), "{slug}");
     }
