@@ -262,7 +262,7 @@ def test_ctrl_c_inside_a_commit_stops_after_that_commit(tmp_path: Path) -> None:
     out, err = child.communicate(timeout=120)
     assert child.returncode == 130, err
     lines = _stderr_lines(err)
-    assert lines == [f"stopped after 1 rounds; history in {root}"], err
+    assert lines == [f"stopped after 1 round; history in {root}"], err
     assert "round 1: 2 tokens" in out
     assert assert_whole_rounds(root) == 2 * 2
     assert not glob.glob(str(root / "_spool" / "*" / "*.round"))

@@ -53,7 +53,9 @@ def test_text_formats_write_lists_as_json(fetched: defilens.Frames, tmp_path: Pa
     assert '"https://' in text or "https://" in text
     if fmt == "ndjson":
         rows = [json.loads(line) for line in text.splitlines()]
-        assert isinstance(json.loads(rows[0]["websites"]), list)
+        assert isinstance(rows[0]["websites"], list)  # a JSON array, not a string holding one
+        back = pl.read_ndjson(folder / "info.ndjson")
+        assert isinstance(back.schema["websites"], pl.List)
     else:
         assert pl.read_csv(folder / "indicators.csv").height == fetched.indicators.height
 
@@ -146,7 +148,7 @@ def test_cli_failures_are_one_line(capsys: pytest.CaptureFixture, monkeypatch: p
     captured = capsys.readouterr()
     # Failures go to stderr; markets are fetched by default, as in Python.
     assert "not_found 2" in captured.err and "not_found" not in captured.out
-    assert "fetched 0 of 1 tokens (2 requests, 2 failed)" in captured.out
+    assert "fetched 0 of 1 token (2 requests, 2 failed)" in captured.out
 
 
 def test_cli_never_echoes_the_key(tmp_path: Path) -> None:

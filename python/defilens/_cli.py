@@ -7,25 +7,29 @@ import contextlib
 import datetime as dt
 import math
 import os
+import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, TextIO, Union
+from typing import Callable, Iterator, List, NoReturn, Optional, Sequence, TextIO, Union
 
 import polars as pl
 
 from . import _waiting
 from ._client import API_KEY_ENV, BASE_URL_ENV, DEFAULTS, Client
-from ._duration import parse_every
+from ._duration import format_duration, parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
+from ._names import did_you_mean
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versions
 from .history._collect import InterruptedCommit
 from .history._collect import prepare as prepare_root
 from .history._liveness import check_collector_id
+from .history._retained import megabytes
 from .history._tables import COMMIT_THREADS, one_line
 from .research import audit
 from .research._scope import CANDLE_INTERVALS
@@ -39,12 +43,33 @@ EXIT_PARTIAL = 3
 EXIT_INTERRUPTED = 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with "did you mean" for a mistyped command or option (argparse's own
+    ``suggest_on_error`` needs Python 3.14)."""
+
+    def error(self, message: str) -> "NoReturn":
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)'", message)
+        if choice:
+            known = [name for action in self._actions if action.choices for name in action.choices]
+            message += did_you_mean(choice.group(2), known)
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            options = [option for action in self._actions for option in action.option_strings]
+            for given in unknown.group(1).split():
+                if given.startswith("-"):
+                    hint = did_you_mean(given.split("=", 1)[0], options)
+                    if hint:
+                        message += hint
+                        break
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="defilens",
         description="DeFi Lens market data and technical indicators as polars DataFrames.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     def connection_options(p: argparse.ArgumentParser) -> None:
@@ -123,8 +148,17 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     coll.add_argument("tokens", nargs="+", metavar="TOKEN")
-    coll.add_argument("--every", required=True, help="interval between rounds: 30s, 5m, 1h")
-    coll.add_argument("--count", type=int, help="stop after N rounds (default: until Ctrl-C)")
+    coll.add_argument(
+        "--every",
+        required=True,
+        type=_duration("--every"),
+        help="interval between rounds, with its unit: 30s, 5m, 1h",
+    )
+    coll.add_argument(
+        "--count",
+        type=_positive("--count", "leave it out to collect until Ctrl-C"),
+        help="stop after N rounds (default: until Ctrl-C)",
+    )
     coll.add_argument("--out", required=True, help="the history: a folder, or s3://bucket/prefix")
     coll.add_argument(
         "--markets",
@@ -176,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--retention",
         default="7d",
+        type=_duration("--retention"),
         help="how far time travel reaches back afterwards (default 7d; at least 1h): older files are vacuumed",
     )
     comp.add_argument(
@@ -262,7 +297,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)",
     )
-    sb.add_argument("--seed", type=int, default=0)
+    sb.add_argument("--seed", type=int, default=0, help="the market's seed: one seed, one market (default 0)")
     sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     sb.add_argument("--api-key", help="require this x-partner-key")
     sb.add_argument(
@@ -277,8 +312,21 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         help="share of just-closed candles served with provisional indicator values for their first minute",
     )
-    for fault in ("error-rate", "rate-limit-rate", "drop-rate", "truncate-rate", "invalid-json-rate"):
-        sb.add_argument(f"--{fault}", type=float, default=0.0)
+    faults = {
+        "error-rate": "503 Service Unavailable",
+        "rate-limit-rate": "429 Too Many Requests",
+        "drop-rate": "a dropped connection",
+        "truncate-rate": "a body cut short",
+        "invalid-json-rate": "a 200 whose body is not JSON",
+    }
+    for fault, answer in faults.items():
+        sb.add_argument(
+            f"--{fault}",
+            type=float,
+            default=0.0,
+            metavar="SHARE",
+            help=f"share of requests (0 to 1) answered with {answer} (default 0)",
+        )
     return parser
 
 
@@ -316,6 +364,43 @@ def _rate_limit(text: str) -> "Union[float, str]":
         raise argparse.ArgumentTypeError(f"a rate limit is requests per second or auto, got {text!r}") from None
 
 
+def _duration(flag: str) -> "Callable[[str], str]":
+    """A duration option: checked by the one duration grammar (`parse_every`), with its unit
+    required on the command line, where a bare number would silently be seconds."""
+
+    def check(text: str) -> str:
+        if re.fullmatch(r"\s*[0-9.]+\s*", text):
+            raise argparse.ArgumentTypeError(
+                f"give {flag} a unit: {text.strip()}s, {text.strip()}m, {text.strip()}h or {text.strip()}d "
+                "(a bare number would be seconds)"
+            )
+        try:
+            parse_every(text, flag)
+        except (ValueError, TypeError) as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return text
+
+    return check
+
+
+def _positive(flag: str, otherwise: str) -> "Callable[[str], int]":
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be 1 or more, got {value} ({otherwise})")
+        return value
+
+    return check
+
+
+def _plural(count: int, word: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -328,17 +413,55 @@ def _port(text: str) -> int:
 
 def _writable_folder(path: str) -> None:
     """Makes sure ``--out`` can be written before any request, so a bad path never throws away
-    a finished fetch. An object storage URL is left to the upload."""
+    a finished fetch; creates nothing (the frames are written once fetched). An object storage
+    URL is left to the upload."""
     if not path.strip():
         raise ValueError("--out is empty: give a folder such as out/ or a URL such as s3://bucket/out")
     if "://" in path:
         return
-    folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--out {path!r} is a file; give a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--out {path!r} is not writable")
+    folder = Path(path).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == folder else f"cannot be created: {str(existing)!r} is a file"
+        raise ValueError(f"--out {path!r} {what}; give a folder")
+    try:
+        # A folder made and removed where --out would be: what a write will meet (permissions,
+        # a read-only mount, a /proc), found out before any request.
+        os.rmdir(tempfile.mkdtemp(prefix=".defilens-", dir=existing))
+    except OSError as error:
+        why = (error.strerror or type(error).__name__).lower()
+        where = "" if existing == folder else f" in {str(existing)!r}"
+        raise ValueError(f"--out {path!r} cannot be written{where} ({why}); give a folder you can write") from None
+
+
+@contextlib.contextmanager
+def _nothing_left_on_failure(path: Optional[str]) -> Iterator[None]:
+    """Removes the folder ``path`` (and empty folders in it) again when the command fails and
+    the folder did not exist before it and holds no file: a failed command leaves no trace."""
+    folder = Path(path).absolute() if path and "://" not in path else None
+    # The outermost folder the command may create: --out, or the first of its parents missing.
+    created = None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        created, folder = folder, folder.parent
+    try:
+        yield
+    except BaseException:
+        if created is not None:
+            _remove_empty(created)
+        raise
+
+
+def _remove_empty(folder: Path) -> None:
+    if not folder.is_dir():
+        return
+    for _dirpath, _, filenames in os.walk(folder):
+        if filenames:
+            return
+    for dirpath, _, _ in sorted(os.walk(folder), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)
 
 
 @contextlib.contextmanager
@@ -393,8 +516,8 @@ def summary(frames: Frames, elapsed: float) -> str:
     requested = log.get_column("token").n_unique() if log.height else 0
     failures = frames.errors
     lines.append(
-        f"fetched {frames.snapshot.height} of {requested} tokens "
-        f"({log.height} requests, {failures.height} failed) in {elapsed:.2f}s"
+        f"fetched {frames.snapshot.height} of {_plural(requested, 'token')} "
+        f"({_plural(log.height, 'request')}, {failures.height} failed) in {elapsed:.2f}s"
     )
     if frames.snapshot.height:
         rsi = (
@@ -534,12 +657,16 @@ def _collect(args: argparse.Namespace) -> int:
             if last_day[0] is not None and today != last_day[0]:
                 print(f"-- audit as {last_day[0]} closed --\n{audit(args.out, storage_options=options)}", flush=True)
             last_day[0] = today
-        print(f"round {round_number}: {frames.snapshot.height} tokens", flush=True)
+        print(f"round {round_number}: {_plural(frames.snapshot.height, 'token')}", flush=True)
         errors = frames.errors
         if errors.height:
             # One line a round: an overnight log stays readable; the rows are in the history's log.
             kinds = ", ".join(f"{k} {n}" for k, n in errors.group_by("kind").agg(pl.len()).sort("kind").iter_rows())
-            print(f"round {round_number}: {errors.height} failed requests ({kinds})", file=sys.stderr, flush=True)
+            print(
+                f"round {round_number}: {_plural(errors.height, 'failed request')} ({kinds})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     with _client(args) as client:
         try:
@@ -565,7 +692,7 @@ def _collect(args: argparse.Namespace) -> int:
             # run into the interpreter's finalization. More Ctrl-Cs change nothing now.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             print(
-                f"stopped during a commit after {rounds_done} rounds (the next collect finishes what the spool holds of "
+                f"stopped during a commit after {_plural(rounds_done, 'round')} (the next collect finishes what the spool holds of "
                 f"it); history in {args.out}",
                 file=sys.stderr,
                 flush=True,
@@ -575,9 +702,11 @@ def _collect(args: argparse.Namespace) -> int:
                 os._exit(EXIT_INTERRUPTED)  # Python would wait for delta-rs to finish them
             return EXIT_INTERRUPTED
         except KeyboardInterrupt:
-            print(f"stopped after {rounds_done} rounds; history in {args.out}", file=sys.stderr)
+            print(f"stopped after {_plural(rounds_done, 'round')}; history in {args.out}", file=sys.stderr)
             return EXIT_INTERRUPTED
-    print(f"committed {rounds_done} rounds to {args.out} (read with defilens.scan({str(args.out)!r}, 'indicators'))")
+    print(
+        f"committed {_plural(rounds_done, 'round')} to {args.out} (read with defilens.scan({str(args.out)!r}, 'indicators'))"
+    )
     return 0
 
 
@@ -591,9 +720,18 @@ def _compact(args: argparse.Namespace) -> int:
     )
     print(
         f"compacted: {report['files_before']:,} data files became {report['files_after']:,} "
-        f"({report['files_removed']:,} packed into {report['files_added']:,}), {report['days_sorted']} closed days "
-        f"sorted by token, {report['files_vacuumed']:,} old files vacuumed"
+        f"({report['files_removed']:,} packed into {report['files_added']:,}), "
+        f"{_plural(report['days_sorted'], 'closed day')} sorted by token, "
+        f"{_plural(report['files_vacuumed'], 'old file')} vacuumed"
     )
+    if report["files_kept"]:
+        retention = format_duration(parse_every(args.retention))
+        print(
+            f"kept for time travel: {_plural(report['files_kept'], 'replaced file')} "
+            f"({megabytes(report['bytes_kept'])}) beside the {megabytes(report['bytes_live'])} the tables read now; "
+            f"they stay until the retention of {retention} has passed and a later compaction vacuums them, so disk "
+            "use grows until then"
+        )
     return 0
 
 
@@ -690,7 +828,12 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # The command's own parser says it, so that "did you mean" looks among its options.
+        commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {
         "fetch": _fetch,
         "collect": _collect,
@@ -700,16 +843,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "versions": _versions,
         "sandbox": _sandbox,
     }[args.command]
+    out = getattr(args, "out", None) if args.command in ("fetch", "collect") else None
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            return handler(args)
+            with _nothing_left_on_failure(out):
+                code = handler(args)
+                if code not in (0, EXIT_PARTIAL):
+                    raise _Failed(code)
+                return code
+        except _Failed as failed:
+            return failed.code
+        except BrokenPipeError:
+            # The reader went away (`defilens audit DIR | head`): nothing more to say to it.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_FAILURE
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
         except (DefiLensError, ValueError, TypeError, OSError, ImportError) as error:
             print(f"defilens: error: {_one_line(error)}", file=sys.stderr)
             return EXIT_FAILURE
+
+
+class _Failed(Exception):
+    """A command that ended with a failing exit code (its message already printed)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def _show_warning(
@@ -726,6 +889,10 @@ def _show_warning(
 
 
 def _one_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror and not isinstance(error, DefiLensError):
+        # "[Errno 2] No such file or directory: '/proc/nope'" as a sentence, without the errno.
+        why = f"{error.strerror[:1].lower()}{error.strerror[1:]}"
+        return f"cannot use {str(error.filename)!r}: {why}" if error.filename else why
     return one_line(error, limit=None)
 
 

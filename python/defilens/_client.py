@@ -13,6 +13,7 @@ import polars as pl
 from . import _core
 from ._exceptions import DefiLensError, DefiLensWarning
 from ._frames import Frames, _from_core
+from ._names import checked_keywords
 from ._progress import progress_callback
 
 __all__ = ["Client", "AsyncClient", "DEFAULTS", "DEFAULT_BASE_URL"]
@@ -52,6 +53,7 @@ def _check_token_type(token_id: object) -> None:
 class _BaseClient:
     """What `Client` and `AsyncClient` share: settings, repr, lifetime."""
 
+    @checked_keywords
     def __init__(
         self,
         *,
@@ -230,6 +232,7 @@ class Client(_BaseClient):
         ['bitcoin', 'ethereum']
     """
 
+    @checked_keywords
     def token(self, token_id: str, *, markets: bool = True) -> Frames:
         """Fetches one token (listing and, by default, markets) and raises on any failure."""
         _check_token_type(token_id)
@@ -238,6 +241,7 @@ class Client(_BaseClient):
         _raise_first_error(result)
         return _from_core(result)
 
+    @checked_keywords
     def markets(self, token_id: str) -> pl.DataFrame:
         """Fetches one token's exchange markets; raises on failure."""
         _check_token_type(token_id)
@@ -246,6 +250,7 @@ class Client(_BaseClient):
         _raise_first_error(result)
         return result["markets"]
 
+    @checked_keywords
     def fetch(
         self,
         token_ids: TokenIds,
@@ -275,6 +280,7 @@ class Client(_BaseClient):
         self._warn_about_the_cache()
         return _from_core(result)
 
+    @checked_keywords
     def collect(
         self,
         token_ids: TokenIds,
@@ -284,7 +290,7 @@ class Client(_BaseClient):
         out: Union[str, "os.PathLike[str]"],
         markets: bool = True,
         on_round: Optional[Callable[[int, Frames], None]] = None,
-        progress: Optional[bool] = False,
+        progress: Optional[bool] = None,
         max_failed_rounds: Optional[int] = None,
         raw: bool = False,
         compact: bool = False,
@@ -301,7 +307,8 @@ class Client(_BaseClient):
         (``None``: until Ctrl-C) and returns the number of rounds committed; ``on_round(n,
         frames)`` is called after each round is committed. ``raw=True`` also
         keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        ``compact=True`` runs `defilens.compact` as it goes. ``out`` may be an object storage URL
+        ``compact=True`` runs `defilens.compact` as it goes. ``progress`` draws a bar over the
+        rounds (a round counter without ``count``; ``None``: on a terminal or in a notebook). ``out`` may be an object storage URL
         (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
         permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
         which every request failed raise the last error. ``collector_id`` names the collector

@@ -197,7 +197,8 @@ class Frames:
         `Path`, or the URL for object storage).
 
         ``format`` is ``"parquet"`` (round-trips every dtype; read back with `defilens.read`),
-        ``"csv"`` or ``"ndjson"`` (lists and datetimes become text). ``raw=True`` also writes
+        ``"csv"`` (lists become JSON text, datetimes ISO text) or ``"ndjson"`` (lists are JSON
+        arrays, datetimes ISO text); neither is read back by `defilens.read`. ``raw=True`` also writes
         the response bodies (`Frames.bodies`) to ``path/raw.parquet``, which `Sandbox.replay`
         serves. ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
         ``storage_options``; no file or object ever appears half-written under its final name.
@@ -234,12 +235,12 @@ class Frames:
         )
 
 
-def _for_text_formats(frame: pl.DataFrame) -> pl.DataFrame:
-    """Lists become JSON text, so CSV can hold them and NDJSON stays flat."""
+def _for_text_formats(frame: pl.DataFrame, format: str) -> pl.DataFrame:
+    """For CSV, lists become JSON text (CSV has no lists); NDJSON keeps them as JSON arrays."""
     converted = []
     for name, dtype in frame.schema.items():
         column = pl.col(name)
-        if isinstance(dtype, pl.List):
+        if isinstance(dtype, pl.List) and format == "csv":
             converted.append(
                 pl.when(column.is_null())
                 .then(pl.lit(None, pl.String))
@@ -304,7 +305,7 @@ def write_file(
     by polars and appears when its upload completes."""
     if format not in FORMATS:
         raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
-    ready = frame if format == "parquet" else _for_text_formats(frame)
+    ready = frame if format == "parquet" else _for_text_formats(frame, format)
     if _is_url(target):
         _sink(ready, target, format, dict(storage_options or {}))
         return
@@ -372,6 +373,20 @@ def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None)
         except FileNotFoundError:
             continue
     if not frames:
+        if not _is_url(text):
+            if any((Path(text) / name / "_delta_log").is_dir() for name in FRAME_NAMES):
+                raise ValueError(
+                    f"{text!r} is a history (Delta tables, written by collect): read it with "
+                    f"defilens.scan({text!r}, 'indicators'); defilens.read reads a folder written by Frames.write"
+                )
+            suffixes = {f".{name}" for name in FORMATS} - {".parquet"}
+            written = sorted({p.suffix for p in Path(text).iterdir() if p.stem in FRAME_NAMES} & suffixes)
+            if written:
+                raise ValueError(
+                    f"{text!r} holds frames written as {', '.join(s.lstrip('.') for s in written)}, which defilens.read "
+                    "cannot read back (text loses the dtypes): write them with format='parquet' (the default), or "
+                    "read the files with pl.read_csv / pl.read_ndjson"
+                )
         raise FileNotFoundError(f"{text!r} holds no <frame>.parquet files written by Frames.write")
     return Frames(frames)
 

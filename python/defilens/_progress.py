@@ -41,7 +41,10 @@ class _PlainBar:
             return
         self.drawn_at = now
         rate = done / max(now - self.started, 1e-9)
-        sys.stderr.write(f"\r{self.description}: {done}/{total} {self.unit} ({rate:,.0f}/s)")
+        if not total:  # no end known (a collect until Ctrl-C): a counter
+            sys.stderr.write(f"\r{self.description}: {done:,} {self.unit}")
+        else:
+            sys.stderr.write(f"\r{self.description}: {done}/{total} {self.unit} ({rate:,.0f}/s)")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -53,11 +56,11 @@ class _TqdmBar:
     def __init__(self, total: int, description: str, unit: str) -> None:
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-        self.bar = tqdm(total=total, desc=description, unit=unit, leave=False)
+        self.bar = tqdm(total=total or None, desc=description, unit=unit, leave=False)
 
     def update(self, done: int, total: int) -> None:
-        if self.bar.total != total:
-            self.bar.total = total
+        if self.bar.total != (total or None):
+            self.bar.total = total or None
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
@@ -66,10 +69,16 @@ class _TqdmBar:
 
 @contextlib.contextmanager
 def progress_callback(
-    progress: Optional[bool], requests: int, description: str = "defilens", unit: str = "requests"
+    progress: Optional[bool],
+    requests: int,
+    description: str = "defilens",
+    unit: str = "requests",
+    threshold: int = AUTO_THRESHOLD,
 ) -> Iterator[Optional[ProgressCallback]]:
-    """Yields a ``callback(done, total)`` drawing a bar, or None when no bar is wanted."""
-    wanted = progress if progress is not None else (requests >= AUTO_THRESHOLD and _interactive())
+    """Yields a ``callback(done, total)`` drawing a bar (a counter when ``total`` is 0), or None
+    when no bar is wanted; ``progress=None`` draws one on a terminal or in a notebook for at least
+    ``threshold`` steps."""
+    wanted = progress if progress is not None else (requests >= threshold and _interactive())
     if not wanted:
         yield None
         return

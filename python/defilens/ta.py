@@ -27,6 +27,15 @@ __all__ = ["rsi", "sma", "bbands", "macd"]
 
 
 def _series(kind: str, **params: Any) -> "object":
+    # The parameters are checked now, by the core's own rule (on no closes), so that a bad one is
+    # one line here rather than a polars error with the expression appended when the query runs.
+    try:
+        _core.ta_series(kind, pl.Series("close", [], dtype=pl.Float64), **params)
+    except TypeError as error:
+        raise TypeError(f"ta.{kind}: {error}") from None
+    except ValueError as error:
+        raise ValueError(f"ta.{kind}: {error}") from None
+
     def apply(series: pl.Series) -> pl.Series:
         out = _core.ta_series(kind, series, **params)
         if isinstance(out, pl.DataFrame):

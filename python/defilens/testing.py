@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+if TYPE_CHECKING:
+    import polars as pl
 
 from . import _core
 from ._core import sandbox_listing_body, sandbox_markets_body
+from ._names import check_interval
 
 __all__ = ["Sandbox", "listing_body", "markets_body"]
 
@@ -26,6 +30,13 @@ _Time = Union[str, dt.datetime, None]
 
 class Sandbox(_core.Sandbox):
     __doc__ = _core.Sandbox.__doc__
+
+    def candles(self, token_id: str, interval: str) -> "pl.DataFrame":
+        """The last 300 closed candles of ``interval`` (``"5m"``, ``"15m"``, ``"1h"``, ``"4h"``,
+        ``"24h"``, ``"1w"``) behind the current time: ``open_time`` (Datetime UTC), ``open``,
+        ``high``, ``low``, ``close``, ``volume`` (in tokens), oldest first. An interval the
+        catalogue does not know is a `ValueError` naming the closest (``"1d"``: ``24h``)."""
+        return super().candles(token_id, check_interval(interval))
 
     @classmethod
     def replay(

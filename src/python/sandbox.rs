@@ -237,6 +237,11 @@ impl PySandbox {
     /// the candles every indicator of the listing is computed from.
     fn candles(&self, py: Python<'_>, token_id: &str, interval: &str) -> PyResult<PyDataFrame> {
         if !sandbox::lists(token_id) {
+            if let Some(known) = sandbox::typo_of(token_id) {
+                return Err(PyValueError::new_err(format!(
+                    "{token_id:?} is not listed (did you mean {known:?}?): the Sandbox answers 404 for typos of its known ids"
+                )));
+            }
             return Err(PyValueError::new_err(format!(
                 "{token_id:?} is not listed: the Sandbox serves lowercase slugs such as \"bitcoin\" and answers 404 \
                  for ids beginning with \"unknown\""

@@ -271,11 +271,56 @@ impl std::fmt::Debug for Sandbox {
 
 /// Whether the Sandbox lists `token`: an id the real service could have (a lowercase slug of
 /// letters, digits, `-`, `_` and `.`), except those beginning with `unknown`, which are its
-/// way to ask for a 404. `Bitcoin`, `BTC` or `bit coin` get 404 as the service would.
+/// way to ask for a 404, and typos of a known id (`typo_of`). `Bitcoin`, `BTC`, `bit coin` or
+/// `etherum` get 404 as the service would.
 pub fn lists(token: &str) -> bool {
     !token.is_empty()
         && !token.starts_with("unknown")
         && token.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+        && typo_of(token).is_none()
+}
+
+/// The known id (`known_ids`) that `token` is a typo of: one edit away (a letter added, dropped,
+/// changed, or two swapped), two for known ids of eight letters or more; `None` for a known id
+/// itself and for every other slug (those are generated tokens of their own).
+pub fn typo_of(token: &str) -> Option<&'static str> {
+    let known = known_ids();
+    if known.contains(&token) {
+        return None; // bitcoin is two edits from litecoin, and still bitcoin
+    }
+    known.into_iter().find(|known| {
+        let allowed = if known.len() >= 8 { 2 } else { 1 };
+        let distance = edit_distance(token.as_bytes(), known.as_bytes());
+        distance > 0 && distance <= allowed
+    })
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and swaps of
+/// two neighbours, each one edit.
+fn edit_distance(a: &[u8], b: &[u8]) -> usize {
+    if a.len().abs_diff(b.len()) > 2 {
+        return 3;
+    }
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for (i, cell) in d.iter_mut().step_by(width).enumerate() {
+        *cell = i;
+    }
+    for (j, cell) in d.iter_mut().take(width).enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best =
+                (d[(i - 1) * width + j] + 1).min(d[i * width + j - 1] + 1).min(d[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[(i - 2) * width + j - 2] + 1);
+            }
+            d[i * width + j] = best;
+        }
+    }
+    d[a.len() * width + b.len()]
 }
 
 /// The closed candles of `interval` at `now_ms` for (seed, token); `None` for an unknown interval.

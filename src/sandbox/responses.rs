@@ -287,10 +287,14 @@ pub(super) fn decide(shared: &Shared, read_only: bool, target: &str, partner_key
                     None => Reply::error(404, "not found (not in the recording at this time)"),
                 }
             } else if !super::lists(&token) {
-                Reply::error(
-                    404,
-                    "not found (the Sandbox lists lowercase slugs such as bitcoin; ids beginning with unknown get 404)",
-                )
+                match super::typo_of(&token) {
+                    Some(known) => Reply::error(404, &format!("not found (did you mean {known}?)")),
+                    None => Reply::error(
+                        404,
+                        "not found (the Sandbox lists lowercase slugs such as bitcoin; ids beginning with unknown get \
+                         404)",
+                    ),
+                }
             } else {
                 let now_ms = shared.clock.now_ms();
                 let close_ms = last_close_ms(now_ms);

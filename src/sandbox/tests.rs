@@ -100,6 +100,12 @@ fn serves_both_routes_and_404s_the_rest() {
     assert_eq!(unknown.status, 404);
     assert!(unknown.json()["error"].is_string());
     assert_eq!(get(&sandbox, "/listings/market/unknown-x", None).status, 404);
+    // A typo of a known id is not a token of its own (the real service answers 404 to etherum).
+    for typo in ["etherum", "bitcoim", "bticoin", "ethereumm", "soalna"] {
+        let response = get(&sandbox, &format!("/listings/{typo}"), None);
+        assert_eq!(response.status, 404, "{typo}");
+        assert!(response.json()["error"].as_str().unwrap_or("").contains("did you mean"), "{typo}");
+    }
     for path in ["/listings/a/b", "/listings/", "/listings/market/", "/listings/bitcoin/", "/nope", "/"] {
         let response = get(&sandbox, path, None);
         assert_eq!(response.status, 404, "{path}");
@@ -446,4 +452,20 @@ fn a_repainting_candle_is_provisional_for_a_minute_then_final() {
     assert_eq!(last.body, listing_body(0, "bitcoin").into_bytes());
     assert_ne!(rsi(last), provisional_rsi);
     assert!(Sandbox::start(SandboxConfig { repaint_rate: 1.5, ..still() }).is_err());
+}
+
+#[test]
+fn typos_of_known_ids_are_not_listed_and_other_slugs_are() {
+    assert_eq!(super::typo_of("etherum"), Some("ethereum"));
+    assert_eq!(super::typo_of("etheruem"), Some("ethereum"));
+    assert_eq!(super::typo_of("bitcoinn"), Some("bitcoin"));
+    for known in super::known_ids() {
+        assert_eq!(super::typo_of(known), None, "{known}");
+        assert!(super::lists(known), "{known}");
+    }
+    for slug in ["coin-042", "my-token", "t1", "bitcoin-cash", "wrapped-bitcoin", "tron2x", "sol", "eth"] {
+        assert!(super::lists(slug), "{slug}");
+    }
+    assert!(!super::lists("etherum"));
+    assert!(!super::lists("unknown-x"));
 }

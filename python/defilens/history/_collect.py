@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
+from .._progress import ProgressCallback, progress_callback
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
@@ -237,7 +238,7 @@ def collect(
     out: PathLike,
     markets: bool = True,
     on_round: Optional[Callable[[int, "Frames"], None]] = None,
-    progress: Optional[bool] = False,
+    progress: Optional[bool] = None,
     max_failed_rounds: int = DEFAULT_MAX_FAILED_ROUNDS,
     raw: bool = False,
     compact: bool = False,
@@ -259,7 +260,8 @@ def collect(
     drift; a round that overruns skips the ticks it missed. Stops after ``count`` rounds
     (``None``: until Ctrl-C) and returns the number of rounds committed. ``raw`` also keeps the
     response bodies in a ``raw`` table (`defilens.reparse` rebuilds the frames from it);
-    ``compact`` runs `defilens.compact` every hour as it goes. ``out`` may be an object storage URL
+    ``compact`` runs `defilens.compact` every hour as it goes. ``progress`` draws a bar over the
+    rounds (a round counter without ``count``); ``None`` draws it on a terminal or in a notebook. ``out`` may be an object storage URL
     (``s3://bucket/prefix``) with polars-style ``storage_options``.
 
     ``collector_id`` names the collector in every table's log (default: a new random id a run);
@@ -289,7 +291,11 @@ def collect(
         client, ids, interval, markets=markets, raw=raw, collector=app_id, universe=check_universe(universe)
     )
     root = prepare(out, storage_options)
-    with collector_running(root, app_id) as running:
+    # One bar over rounds (a counter without ``count``), not a request bar per round.
+    with (
+        collector_running(root, app_id) as running,
+        progress_callback(progress, count or 0, "collect", "rounds", threshold=0) as on_progress,
+    ):
         return _collect_rounds(
             client,
             ids,
@@ -299,7 +305,7 @@ def collect(
             count=count,
             markets=markets,
             on_round=on_round,
-            progress=progress,
+            on_progress=on_progress,
             max_failed_rounds=max_failed_rounds,
             raw=raw,
             compact=compact,
@@ -319,7 +325,7 @@ def _collect_rounds(
     count: Optional[int],
     markets: bool,
     on_round: Optional[Callable[[int, "Frames"], None]],
-    progress: Optional[bool],
+    on_progress: Optional[ProgressCallback],
     max_failed_rounds: int,
     raw: bool,
     compact: bool,
@@ -327,6 +333,7 @@ def _collect_rounds(
     first: Optional[int],
     settings: Optional[Dict[str, Any]] = None,
 ) -> int:
+    progress = False  # one bar over the rounds (on_progress), none over each round's requests
     app_id = running.app_id
     spool = Spool(root)
     finished = recover(root, spool, running)
@@ -355,6 +362,8 @@ def _collect_rounds(
             commit(root, spool, round_, path, kept)
         rounds += 1
         number += 1
+        if on_progress is not None:
+            on_progress(rounds, count or 0)
         if interrupted:
             # Ctrl-C during the commit: the round is in every table; stop after reporting it.
             if on_round is not None:

@@ -11,12 +11,13 @@ import os
 import re
 from typing import Any, Dict, Mapping, Optional, Union
 
-from .._duration import parse_every
+from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from ._layout import State, states
 from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
+from ._retained import kept_for_time_travel
 from ._root import PathLike, Root, require, require_history, root_of
-from ._tables import PARTITION, TABLES, load, one_line
+from ._tables import PARTITION, TABLES, check_ours, load, one_line
 
 #: How long time travel reaches back unless the caller says otherwise.
 DEFAULT_RETENTION = dt.timedelta(days=7)
@@ -60,7 +61,7 @@ def _retention(value: Union[str, float, dt.timedelta]) -> dt.timedelta:
     retention = dt.timedelta(seconds=parse_every(value, "retention"))
     if retention < MIN_RETENTION:
         raise ValueError(
-            f"retention must be at least {MIN_RETENTION} so that vacuum never deletes files a collector is still "
+            f"retention must be at least {format_duration(MIN_RETENTION)} so that vacuum never deletes files a collector is still "
             f"committing, got {value!r}"
         )
     return retention
@@ -96,7 +97,10 @@ def compact(
 ) -> Dict[str, int]:
     """Compacts every table of the history at ``path`` with the engine (delta-rs), and returns
     counts: ``files_before``, ``files_after``, ``files_removed``/``files_added`` by optimize,
-    ``days_sorted``, ``files_vacuumed``.
+    ``days_sorted``, ``files_vacuumed``, and what is on disk afterwards: ``files_live``/``bytes_live``
+    (what the tables read now) and ``files_kept``/``bytes_kept`` (replaced files that time travel
+    may still read: a later compaction vacuums them once ``retention`` has passed, so disk use
+    grows at first).
 
     1. optimize: each partition's small files (a round is one file a table) are packed into files
        of about ``target_size``, partitions side by side on every core; today's partition too.
@@ -131,8 +135,14 @@ def compact(
         from ._layout import convert_hint
 
         raise HistoryError(convert_hint(root))
+    for name in TABLES:
+        table = load(root, name) if found[name] is State.DELTA else None
+        if table is not None:  # another dataset's table is not ours to rewrite
+            check_ours(table, name, root.table(name), "compact only a defilens history: move that table away")
     with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
-        return _compact(root, found, lease, retention_span, sort, budget, target, now)
+        report = _compact(root, found, lease, retention_span, sort, budget, target, now)
+    report.update(kept_for_time_travel(root))
+    return report
 
 
 def _highest_fence(root: Root, found: Dict[str, State]) -> int:

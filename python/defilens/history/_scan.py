@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._names import did_you_mean
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import PathLike, Root, require, require_history, root_of
 from ._rounds import empty_table
-from ._tables import RAW, TABLES, frame_schema, load, one_line, restore
+from ._tables import RAW, TABLES, check_ours, frame_schema, load, one_line, restore
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -74,7 +75,14 @@ def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
         if as_of < 0:
             raise ValueError(f"as_of must be a table version >= 0 or a datetime, got {as_of}")
         return as_of
-    raise TypeError(f"as_of must be a datetime (naive means UTC) or a table version number, got {type(as_of).__name__}")
+    hint = (
+        ": a date is a day, not a moment; give a datetime such as datetime(2026, 1, 5, 12)"
+        if isinstance(as_of, dt.date)
+        else ""
+    )
+    raise TypeError(
+        f"as_of must be a datetime (naive means UTC) or a table version number, got {type(as_of).__name__}{hint}"
+    )
 
 
 def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root:
@@ -87,6 +95,19 @@ def open_for_reading(path: PathLike, storage_options: Optional[Mapping[str, Any]
         raise HistoryError(convert_hint(root))
     check_not_converting(root)
     return root
+
+
+#: What to do about a foreign table, for a reader.
+READER_ADVICE = "read it with polars or deltalake directly, or give a root that `defilens collect --out` wrote"
+
+
+def load_ours(root: Root, name: str) -> "Optional[DeltaTable]":
+    """The table ``name`` loaded, or None when there is none; a Delta table of another dataset at
+    its path is refused (`check_ours`), never read as if it were the frame."""
+    table = load(root, name)
+    if table is not None:
+        check_ours(table, name, root.table(name), READER_ADVICE)
+    return table
 
 
 def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Expr]" = ()) -> pl.LazyFrame:
@@ -106,7 +127,7 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
         raise HistoryError(convert_hint(root))
     if found is State.FOREIGN:
         raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
-    table = load(root, name)
+    table = load_ours(root, name)
     if table is None:
         return empty_table(name).lazy()
     if as_of is not None:
@@ -307,7 +328,10 @@ def scan(
     For example ``defilens.scan("history/", "indicators").filter(pl.col("token") == "bitcoin")``.
     """
     if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
-        raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
+        raise ValueError(
+            f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}"
+            f"{did_you_mean(frame, [*TABLES, 'errors']) if isinstance(frame, str) else ''}"
+        )
     root = open_for_reading(path, storage_options)
     if frame == "errors":
         return scan_table(root, "log", as_of).filter(~pl.col("ok"))
@@ -331,14 +355,17 @@ def versions(
     ``defilens.history.versions("history/", "indicators").filter(pl.col("round").is_not_null())``.
     """
     if not isinstance(frame, str) or (frame not in TABLES and frame != "errors"):
-        raise ValueError(f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}")
+        raise ValueError(
+            f"frame must be one of {', '.join(TABLES)} or errors, got {frame!r}"
+            f"{did_you_mean(frame, [*TABLES, 'errors']) if isinstance(frame, str) else ''}"
+        )
     root = open_for_reading(path, storage_options)
     name = "log" if frame == "errors" else frame
     rows: "List[Dict[str, Any]]" = []
     found = state(root, name)
     if found is State.FOREIGN:
         raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
-    table = load(root, name) if found is State.DELTA else None
+    table = load_ours(root, name) if found is State.DELTA else None
     if table is not None:
         history = commits(root, name, table)
         oldest = oldest_kept(root, name, history)

@@ -201,7 +201,11 @@ _OURS: "set[Tuple[str, str, str, str]]" = set()
 _OURS_LOCK = threading.Lock()
 
 
-def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
+#: What to do about a foreign table, for a writer.
+WRITER_ADVICE = "give collect a root of its own, or move that table away"
+
+
+def check_ours(table: "DeltaTable", name: str, uri: str, advice: str = WRITER_ADVICE) -> None:
     """Refuses a Delta table at a frame's path that is not this history's table ``name``: writing
     our rounds into it would mix two datasets (and widen its schema). Ours is a table whose Delta
     name is the marker (`marker`) and whose columns of ours have the types this version writes;
@@ -243,8 +247,7 @@ def check_ours(table: "DeltaTable", name: str, uri: str) -> None:
                 if part
             )
             raise HistoryError(
-                f"{uri!r} is a Delta table of another dataset ({why}), not a defilens {name!r} table: give collect a "
-                "root of its own, or move that table away"
+                f"{uri!r} is a Delta table of another dataset ({why}), not a defilens {name!r} table: {advice}"
             )
     with _OURS_LOCK:
         _OURS.add(key)

@@ -9,6 +9,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._text import with_separators
 from ..history._root import PathLike, Root
 from ..history._scan import history_cut, open_for_reading, scan_table
 from ._cadence import CADENCE_SCHEMA, Expect, cadence_of, describe, expectations, missed_closes
@@ -105,7 +106,7 @@ class Audit:
             lines.append("failed requests: none")
         lines.append(f"stale fetches (older than their interval): {self.stale.height}")
         lines.append(f"repainted candles: {self.revisions.height}")
-        return "\n".join(lines)
+        return with_separators("\n".join(lines))
 
     def __repr__(self) -> str:
         return f"<Audit {self.coverage.height} token-interval pairs, {self.gaps.height} gaps, max missed {self.max_missing()}>"

@@ -33,7 +33,8 @@ from .._core import INTERVAL_MS
 from .._frames import INTERVAL
 from .._progress import progress_callback
 from ..history._root import Root, require
-from ..history._tables import PARTITION, TABLE_PROPERTIES, load, one_line, restore, to_disk
+from ..history._scan import load_ours
+from ..history._tables import PARTITION, TABLE_PROPERTIES, one_line, restore, to_disk
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -63,7 +64,7 @@ class Sources:
     and the rows summarized are read from the same snapshot."""
 
     def __init__(self, root: Root) -> None:
-        self.tables: Dict[str, Optional["DeltaTable"]] = {name: load(root, name) for name in SOURCES}
+        self.tables: Dict[str, Optional["DeltaTable"]] = {name: load_ours(root, name) for name in SOURCES}
 
     def scan(self, name: str) -> Optional[pl.LazyFrame]:
         table = self.tables[name]

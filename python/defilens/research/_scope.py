@@ -3,13 +3,13 @@ checked against the field catalogue and turned into filters that reach the Delta
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
 from .._core import FAMILY_INTERVALS, INTERVAL_MS, INTERVALS, empty_frames
+from .._names import check_interval, did_you_mean
 
 #: The frames whose rows belong to a candle, and the column that names a series in each.
 CANDLE_FRAMES: Dict[str, str] = {"indicators": "indicator", "signals": "indicator", "patterns": "family"}
@@ -58,10 +58,7 @@ def _texts(what: str, values: Names) -> Optional[Tuple[str, ...]]:
 
 
 def _unknown(what: str, value: str, known: Sequence[str]) -> ValueError:
-    lowered = {name.lower(): name for name in known}
-    close = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=0.5)
-    hint = f" (did you mean {lowered[close[0]]!r}?)" if close else ""
-    return ValueError(f"unknown {what} {value!r}{hint}: the known ones are {', '.join(known)}")
+    return ValueError(f"unknown {what} {value!r}{did_you_mean(value, known)}: the known ones are {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,8 @@ def scope_of(
     """Checks what a point-in-time read should cover; a name the catalogue does not know is a
     `ValueError` that names the known ones (and the closest)."""
     if not isinstance(frame, str) or frame not in FRAMES:
-        raise ValueError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}")
+        hint = did_you_mean(frame, FRAMES) if isinstance(frame, str) else ""
+        raise ValueError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}{hint}")
     token_ids = _texts("tokens", tokens)
     interval_names = _texts("intervals", intervals)
     if frame == "snapshot":
@@ -135,11 +133,10 @@ def scope_of(
             raise _unknown("indicator" if frame != "patterns" else "pattern family", name, list(known))
     offered = [interval for interval in INTERVALS if any(interval in known[name] for name in names or known)]
     for interval in interval_names or ():
-        if interval not in INTERVAL_MS:
-            raise _unknown("interval", interval, INTERVALS)
+        check_interval(interval)
         if interval not in offered:
             which = ", ".join(names) if names else frame
-            raise ValueError(f"{which} has none of the intervals {interval}: the intervals are {', '.join(offered)}")
+            raise ValueError(f"{which} has no {interval} values: the service gives it {', '.join(offered)}")
         if interval not in CANDLE_INTERVALS:
             raise ValueError(
                 f"{interval} has no candle time (the service's ta_updated has none for {interval}), so {frame} cannot "

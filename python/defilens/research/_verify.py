@@ -71,11 +71,25 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
     sensitivity: ``from_1x``, ``from_2x``, ``from_3x``, the value recomputed from only the last
     N, 2N and 3N candles (N the period): an RSI that changes between them depends on how much
     history it was started with, the usual reason two vendors disagree. Rows without candles,
-    or of indicators it cannot recompute, are left out.
+    or of indicators it cannot recompute, are left out. Several values of one series (a
+    history's rows, a panel) raise `ValueError`: each would be compared with the last candle.
     """
     for name in ("token", "interval", "indicator", "value"):
         if name not in indicators.columns:
             raise ValueError(f"indicators needs the columns token, interval, indicator, value; {name!r} is missing")
+    repeated = (
+        indicators.group_by("token", pl.col("interval").cast(pl.String), "indicator")
+        .agg(pl.len().alias("n"))
+        .filter(pl.col("n") > 1)
+    )
+    if repeated.height:
+        token, interval, indicator, n = repeated.sort("token", "interval", "indicator").row(0)
+        raise ValueError(
+            f"indicators has {n} values of {token} {interval} {indicator} ({repeated.height} series repeat): verify "
+            "compares one value a series with the last of the candles, so a history's or a panel's rows would all "
+            "be compared with that one candle; give one row a series, e.g. the latest: "
+            "indicators.sort('fetched_at').group_by('token', 'interval', 'indicator').last()"
+        )
     candles = _check_candles(candles)
     series: Dict[Tuple[str, str], pl.Series] = {
         (token, interval): group["close"] for (token, interval), group in candles.group_by("token", "interval")
