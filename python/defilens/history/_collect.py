@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mappi
 from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
+from ._info import INFO, new_changes
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
 from ._root import PathLike, Root, check_writable, require_history, root_of
@@ -124,6 +125,8 @@ def commit(root: Root, spool: Spool, round_: Round, path: str) -> None:
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
     then takes it out of the spool."""
     tables, _ = tables_of(round_)
+    if INFO in tables:
+        tables[INFO] = new_changes(root, tables[INFO])  # info is kept only when it changes (_info)
     commit_round(root, tables, round_.app_id, round_.number, round_.metadata, ready=ready)
     in_thread(spool.drop, path)
 
