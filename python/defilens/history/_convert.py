@@ -385,6 +385,10 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
     when run again. Files that would not convert stop it before anything changes, named. Stop
     collectors writing the old layout first (new `collect` runs refuse an old layout until it is
     converted).
+
+    A Delta history whose ``info`` table an earlier version wrote every round gets that table
+    rewritten as its change rows (``info`` is kept only when a token's info changes), in one
+    commit; the report's ``info_rows_dropped`` says how many rows went. Stop its collectors first.
     """
     require_history()
     root = root_of(path, storage_options)
