@@ -60,7 +60,9 @@ def test_a_circle_through_super_super_is_caught(tmp_path: Path) -> None:
     limiter = copy / "src" / "client" / "limiter.rs"
     limiter.write_text("use super::super::batch::job::Job;\n" + limiter.read_text())
     run = _check(copy)
-    assert run.returncode == 1 and "circle" in run.stderr and "batch" in run.stderr and "client" in run.stderr, run.stderr
+    assert run.returncode == 1 and "circle" in run.stderr and "batch" in run.stderr and "client" in run.stderr, (
+        run.stderr
+    )
 
 
 def test_a_parent_using_its_child_is_an_edge(tmp_path: Path) -> None:

@@ -32,9 +32,11 @@ from .research import (
     evaluate,
     forward_returns,
     lookahead_check,
+    members,
     panel,
     to_alphalens,
     to_vectorbt,
+    universe,
     verify,
 )
 
@@ -67,6 +69,8 @@ __all__ = [
     "LookaheadReport",
     "to_alphalens",
     "to_vectorbt",
+    "universe",
+    "members",
     "ta",
     "testing",
     "__version__",

@@ -18,6 +18,7 @@ from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from .._progress import ProgressCallback, progress_callback
+from ._info import INFO, new_changes
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
@@ -127,6 +128,8 @@ def commit(root: Root, spool: Spool, round_: Round, path: str, kept: "Optional[K
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
     then takes it out of the spool. ``kept``: the collector's tables as its last round left them."""
     tables, _ = tables_of(round_)
+    if INFO in tables:
+        tables[INFO] = new_changes(root, tables[INFO])  # info is kept only when it changes (_info)
     commit_round(
         root, tables, round_.app_id, round_.number, round_.metadata, ready=ready if kept is None else kept.ready
     )

@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
-from ._layout import CONVERTING, State, check_tables, states
+from ._info import keep_changes_only
+from ._layout import CONVERTING, State, check_tables, state, states
 from ._lock import Busy, compaction_lock
 from ._root import PathLike, Root, require, require_history, root_of
 from ._tables import PARTITION, TABLES, commit, create, frame_schema, load, one_line
@@ -384,6 +385,10 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
     when run again. Files that would not convert stop it before anything changes, named. Stop
     collectors writing the old layout first (new `collect` runs refuse an old layout until it is
     converted).
+
+    A Delta history whose ``info`` table an earlier version wrote every round gets that table
+    rewritten as its change rows (``info`` is kept only when a token's info changes), in one
+    commit; the report's ``info_rows_dropped`` says how many rows went. Stop its collectors first.
     """
     require_history()
     root = root_of(path, storage_options)
@@ -398,7 +403,7 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
             raise HistoryError(f"{root.url!r} has files that are not a defilens history at {', '.join(foreign)}/")
         old = [name for name, value in found.items() if value is State.OLD_LAYOUT]
         if not old:
-            return {"tables": 0, "rows": 0, "rewritten": []}
+            return _info_changes_only(root)
         check_tables(root, found)  # a foreign Delta table here stops the conversion before it changes anything
         manifest = {"format": MANIFEST_FORMAT, "tables": _plan(root, old), "checked": {}}
     try:
@@ -444,7 +449,34 @@ def _convert_tables(root: Root, manifest: Dict[str, Any]) -> Dict[str, Any]:
     except FileNotFoundError:
         pass
     names = [name for name in TABLES if name in plan]
-    return {"tables": len(names), "rows": sum(checked.values()), "rewritten": names}
+    dropped = keep_changes_only(root)
+    return {"tables": len(names), "rows": sum(checked.values()), "rewritten": names, "info_rows_dropped": dropped}
+
+
+def _info_changes_only(root: Root) -> Dict[str, Any]:
+    """A Delta history whose ``info`` table an earlier defilens wrote every round: its rows kept
+    only where a token's info changed (`_info.keep_changes_only`), under the compaction lock."""
+    if state(root, "info") is not State.DELTA:
+        return {"tables": 0, "rows": 0, "rewritten": [], "info_rows_dropped": 0}
+    try:
+        with compaction_lock(root):
+            dropped = keep_changes_only(root)
+    except Busy:
+        raise HistoryError(f"a compaction of {root.url!r} is running: run convert again when it has finished") from None
+    except (OSError, pl.exceptions.PolarsError) as error:
+        raise HistoryError(f"could not rewrite {root.table('info')!r}: {one_line(error)} (run convert again)") from None
+    except Exception as error:
+        if _delta_error(error):
+            raise HistoryError(
+                f"could not rewrite {root.table('info')!r}: {one_line(error)} (run convert again)"
+            ) from None
+        raise
+    return {
+        "tables": 1 if dropped else 0,
+        "rows": 0,
+        "rewritten": ["info"] if dropped else [],
+        "info_rows_dropped": dropped,
+    }
 
 
 __all__ = ["convert", "TABLES"]

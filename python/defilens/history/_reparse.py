@@ -14,6 +14,7 @@ import polars as pl
 
 from .._exceptions import DefiLensWarning
 from .._frames import BODIES_SCHEMA, Frames
+from ._info import INFO, changes_only
 from ._root import PathLike
 from ._rounds import Round, empty_table, tables_of
 from ._scan import AsOf, open_for_reading, scan_table
@@ -79,12 +80,12 @@ def reparse(path: PathLike, *, as_of: AsOf = None, storage_options: Optional[Map
             stacklevel=2,
         )
     empty = {name: empty_table(name).drop(PARTITION) for name in REPARSED}
-    return Frames(
-        {
-            name: pl.concat([empty[name], *(part.drop(PARTITION) for part in parts[name])], how="vertical")
-            for name in REPARSED
-        }
-    )
+    frames = {
+        name: pl.concat([empty[name], *(part.drop(PARTITION) for part in parts[name])], how="vertical")
+        for name in REPARSED
+    }
+    frames[INFO] = changes_only(frames[INFO])  # as collect keeps it: a row when a token's info changes
+    return Frames(frames)
 
 
 def reparse_batch(batch: Any, frame: str = "indicators") -> pl.DataFrame:

@@ -3,7 +3,7 @@ that never look ahead (`asof`), a coverage audit (`audit`), checking a vendor's 
 against candles (`verify`), and a study from signal to verdict: decision times and forward
 returns (`decision_times`, `forward_returns`), an honest evaluation (`evaluate`), a look-ahead
 check of a study (`lookahead_check`) and hand-offs to backtesters (`to_alphalens`,
-`to_vectorbt`). They read what `collect` writes, through `defilens.scan`."""
+`to_vectorbt`), and a point-in-time universe (`universe`, `members`). They read what `collect` writes, through `defilens.scan`."""
 
 from ._asof import asof
 from ._audit import Audit, audit
@@ -12,6 +12,7 @@ from ._handoff import to_alphalens, to_vectorbt
 from ._labels import decision_times, forward_returns
 from ._lookahead import LookaheadReport, lookahead_check
 from ._panel import panel
+from ._universe import members, universe
 from ._verify import verify
 
 __all__ = [
@@ -28,4 +29,6 @@ __all__ = [
     "LookaheadReport",
     "to_alphalens",
     "to_vectorbt",
+    "universe",
+    "members",
 ]

@@ -14,6 +14,7 @@ from .._frames import INTERVAL
 from ..history._layout import State, state
 from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
+from ._membership import within
 from ._panel import _CLOSE, closes, panel_of
 from ._scope import CATALOGUE, Names, Scope, candle_times, scope_of
 
@@ -71,6 +72,7 @@ def asof(
     families: Names = None,
     columns: Names = None,
     lazy: bool = False,
+    universe: Optional[pl.DataFrame] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Union[pl.DataFrame, pl.LazyFrame]:
     """What was knowable at each decision time in ``at`` (a datetime or several, on the history's
@@ -94,6 +96,9 @@ def asof(
     A decision time before the first fetch gets no rows; if every one is, or one lies more than
     a day after the last fetch, you are told (a wall-clock time against a history collected on a
     Sandbox's simulated clock is the usual cause). Rows are sorted by ``at`` and the keys.
+
+    ``universe`` (what `defilens.universe` gives) keeps, at each decision time, only the tokens
+    that were members then.
     """
     scope = scope_of(
         frame, tokens=tokens, intervals=intervals, indicators=indicators, families=families, columns=columns
@@ -111,8 +116,10 @@ def asof(
     else:
         plan = _values_asof(root, scope, moments, before)
         if not lazy:
-            return _values_asof_near(root, scope, moments, before)
-    return plan if lazy else _collect(plan)
+            found = _values_asof_near(root, scope, moments, before)
+            return found if universe is None else within(found, universe, "at")
+    answer = plan if lazy else _collect(plan)
+    return answer if universe is None else within(answer, universe, "at")
 
 
 def _check_has(root: Any, scope: Scope) -> None:

@@ -21,6 +21,7 @@ from .._duration import parse_every
 from .._exceptions import HistoryError
 from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
+from ._membership import within
 from ._scope import CANDLE_INTERVALS, scope_of
 
 UTC_MS = pl.Datetime("ms", "UTC")
@@ -178,6 +179,7 @@ def forward_returns(
     price: str = "current_price",
     path: bool = False,
     cadence: Optional[Horizon] = None,
+    universe: Optional[pl.DataFrame] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> pl.DataFrame:
     """Forward returns for each decision, from the prices the collector fetched: the labels of
@@ -198,6 +200,9 @@ def forward_returns(
 
     Rounds are the history's polling grid: ``cadence`` (a duration) or, by default, the median
     spacing of a token's fetches. A horizon shorter than the cadence is refused.
+
+    ``universe`` (what `defilens.universe` gives) keeps only the decisions whose token was a
+    member at its ``knowable`` moment.
     """
     horizon_list = horizons_of(horizons)
     delay = None if entry_delay is None else _duration("entry_delay", entry_delay)
@@ -217,6 +222,10 @@ def forward_returns(
             )
     if not isinstance(frame.schema[knowable], pl.Datetime):
         raise TypeError(f"decisions[{knowable!r}] must hold datetimes, got {frame.schema[knowable]}")
+    if universe is not None and frame.height:
+        kept = within(frame, universe, knowable)
+        assert isinstance(kept, pl.DataFrame)
+        frame = kept
     if frame.height == 0:
         raise ValueError("decisions is empty: there is nothing to label (an empty universe?)")
     if "horizon" in frame.columns or any(column in frame.columns for column in LABEL_COLUMNS[1:]):

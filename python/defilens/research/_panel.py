@@ -15,6 +15,7 @@ import polars as pl
 
 from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
+from ._membership import within
 from ._scope import Names, Scope, candle_times, scope_of
 
 #: The panel's columns for a frame whose rows carry a value (indicators, signals).
@@ -51,6 +52,7 @@ def panel(
     indicators: Names = None,
     families: Names = None,
     columns: Names = None,
+    universe: Optional[pl.DataFrame] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> pl.LazyFrame:
     """The point-in-time panel of one frame of a collected history, as a LazyFrame.
@@ -76,6 +78,9 @@ def panel(
     ``families`` (patterns): the filters reach the Delta scans, so a scoped panel reads only its
     rows. Names the catalogue does not know are a `ValueError` naming the known ones.
 
+    ``universe`` (what `defilens.universe` gives) keeps a token's rows only while it was a
+    member: a candle by its ``first_seen_at``, a fetch by its ``fetched_at``.
+
     Examples:
         >>> defilens.panel("history/", tokens="bitcoin", intervals="1h", indicators="rsi14").collect()  # doctest: +SKIP
     """
@@ -83,7 +88,12 @@ def panel(
         frame, tokens=tokens, intervals=intervals, indicators=indicators, families=families, columns=columns
     )
     root = open_for_reading(source, storage_options)
-    return panel_of(root, scope)
+    found = panel_of(root, scope)
+    if universe is None:
+        return found
+    kept = within(found, universe, "fetched_at" if scope.frame == "snapshot" else "first_seen_at")
+    assert isinstance(kept, pl.LazyFrame)
+    return kept
 
 
 def panel_of(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:

@@ -6,6 +6,7 @@
 pub mod indicators;
 pub mod path;
 pub mod patterns;
+pub mod ranking;
 pub mod universe;
 
 pub use universe::{known_ids, known_token};

@@ -8,10 +8,6 @@ use super::super::random::Rng;
 /// it in both directions of time.
 pub const ANCHOR_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 
-/// Market cap that ranks first; rank `r` sits near `RANK_ONE_CAP * r^-1.5`, the power law that
-/// fits the real ranking from the top 10 to the top 1,000.
-const RANK_ONE_CAP: f64 = 1.0e12;
-const RANK_EXPONENT: f64 = 1.5;
 /// The whole market's capitalisation, for `market_cap_dominance`.
 pub const TOTAL_MARKET_CAP: f64 = 3.2e12;
 
@@ -185,14 +181,6 @@ fn decimals_for(price: f64) -> u32 {
     (5 - price.log10().floor() as i32).clamp(2, 12) as u32
 }
 
-/// The rank a market cap has in the market: larger caps rank higher, by the power law above.
-pub fn market_cap_rank(market_cap: f64) -> u64 {
-    if market_cap.is_nan() || market_cap <= 0.0 {
-        return 100_000;
-    }
-    1 + (RANK_ONE_CAP / market_cap).powf(1.0 / RANK_EXPONENT).floor().min(99_999.0) as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,19 +191,6 @@ mod tests {
         assert_eq!(Profile::of(0, "tether").kind, Kind::Stable);
         let prices: Vec<f64> = (0..500).map(|i| Profile::of(0, &format!("coin-{i}")).anchor_price).collect();
         assert!(prices.iter().any(|&p| p < 0.01) && prices.iter().any(|&p| p > 1.0));
-    }
-
-    #[test]
-    fn rank_falls_as_cap_falls() {
-        assert_eq!(market_cap_rank(1.2e12), 1);
-        assert_eq!(market_cap_rank(3.6e11), 2);
-        assert!(market_cap_rank(1e9) > 90 && market_cap_rank(1e9) < 110);
-        let mut last = 0;
-        for exponent in (40..130).rev() {
-            let rank = market_cap_rank(10f64.powf(f64::from(exponent) / 10.0));
-            assert!(rank >= last);
-            last = rank;
-        }
     }
 
     #[test]
