@@ -513,3 +513,65 @@ def test_a_short_maintenance_soak_stops_no_collector_and_fails_no_read(tmp_path:
     assert found["failed reads"] == 0 and found["failed compactions"] == 0, found["errors"]
     assert found["reads"] > 0 and found["compactions"] > 0
     assert found["rows doubled"] == 0 and found["every round whole and once"] == "yes"
+
+
+# --- issue 39: commits that stay flat -----------------------------------------------------------
+
+
+def _log_entries(root: str, name: str = "snapshot") -> List[int]:
+    return sorted(int(Path(p).stem) for p in glob.glob(os.path.join(root, name, "_delta_log", "*.json")))
+
+
+def _short_log_retention_and_a_checkpoint(root: str, name: str = "snapshot") -> int:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(f"{root}/{name}")
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 1 hours"}, raise_if_not_exists=False)
+    table = DeltaTable(f"{root}/{name}")
+    table.create_checkpoint()
+    return table.version()
+
+
+def test_a_rounds_commit_leaves_the_log_alone(tmp_path: Path) -> None:
+    """delta-rs cleans the log after every commit unless told not to: a listing of the whole log
+    each time (a round's commit slowed as the log grew), and no margin for loads under way. A
+    round's commit keeps every entry, expired or not; the collector cleans the log itself."""
+    root = str(tmp_path / "h")
+    _collect(root, 3)
+    checkpoint = _short_log_retention_and_a_checkpoint(root)
+    _age_logs(root)
+    before = _log_entries(root)
+    assert before[0] == 0 and before[-1] == checkpoint
+    _collect(root, 1)
+    assert _log_entries(root) == [*before, checkpoint + 1]
+
+
+def test_the_collectors_log_keeper_cleans_behind_the_checkpoint_of_its_previous_turn(tmp_path: Path) -> None:
+    from defilens.history._compact import LogKeeper
+    from defilens.history._root import root_of
+
+    root = str(tmp_path / "h")
+    _collect(root, 3)
+    first = _short_log_retention_and_a_checkpoint(root)
+    _age_logs(root)
+    keeper = LogKeeper(root_of(root))
+    keeper()  # its first turn only notes the newest checkpoint
+    assert _log_entries(root)[0] == 0
+    _collect(root, 2)
+    second = _short_log_retention_and_a_checkpoint(root)
+    _age_logs(root)
+    keeper()  # behind the first checkpoint: entries from it on stay for loads under way
+    assert _log_entries(root) == list(range(first, second + 1))
+    assert defilens.scan(root, "snapshot").collect().height == 5 * 3
+    keeper()
+    assert _log_entries(root)[0] == second
+
+
+def test_a_collector_runs_its_log_keeper_every_few_rounds(tmp_path: Path, monkeypatch) -> None:
+    from defilens.history import _collect as collect_module
+
+    turns: List[int] = []
+    monkeypatch.setattr(collect_module, "TIDY_EVERY", 2)
+    monkeypatch.setattr(collect_module.LogKeeper, "__call__", lambda self: turns.append(1))
+    _collect(str(tmp_path / "h"), 5)
+    assert len(turns) == 2

@@ -115,3 +115,19 @@ def test_a_kept_entry_removed_by_log_cleanup_loads_the_table_again(
     assert _collect(root, 4, compact_twice) == 4
     assert max(full_loads.values()) == 2, full_loads
     assert assert_whole_rounds(root) == 5 * 2
+
+
+def test_a_kept_table_is_loaded_from_scratch_again_after_a_checkpoint_interval(
+    tmp_path: Path, full_loads: Counter, monkeypatch
+) -> None:
+    """An updated snapshot never moves to a newer checkpoint: it replays every entry since its
+    load, so a table kept for ever made each commit slower. It is loaded again after
+    `RELOAD_AFTER` versions."""
+    monkeypatch.setattr(_kept, "RELOAD_AFTER", 3)
+    root = str(tmp_path / "h")
+    _collect(root, 1)
+    full_loads.clear()
+    assert _collect(root, 7) == 7
+    # Loaded at the first round, then again once brought 3 versions forward: rounds 1, 4 and 7.
+    assert full_loads and set(full_loads.values()) == {3}, full_loads
+    assert assert_whole_rounds(root) == 8 * 2

@@ -18,6 +18,7 @@ from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from .._progress import ProgressCallback, progress_callback
+from ._compact import TIDY_EVERY, LogKeeper
 from ._info import INFO, new_changes
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
@@ -352,6 +353,7 @@ def _collect_rounds(
     rounds = 0
     failed_in_a_row = 0
     last_compacted: Optional[float] = None
+    keep_log = LogKeeper(root)
     while count is None or rounds < count:
         started = schedule.wait_for_next_round()
         with warnings.catch_warnings():
@@ -372,6 +374,8 @@ def _collect_rounds(
             if on_round is not None:
                 on_round(rounds, frames)
             raise KeyboardInterrupt
+        if rounds % TIDY_EVERY == 0:
+            in_thread(keep_log)  # the tables' logs cleaned as compaction cleans them
         if compact and (last_compacted is None or time.monotonic() - last_compacted >= COMPACT_EVERY.total_seconds()):
             from ._compact import compact as compact_history
             from ._lock import Busy

@@ -32,6 +32,8 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 DEFAULT_TARGET_SIZE = 128 << 20
 #: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
 SORTED = "_defilens/sorted"
+#: Every how many rounds a collector cleans its tables' logs (`LogKeeper`).
+TIDY_EVERY = 100
 #: How often a compaction tries its fence on a table while collectors' appends keep landing first.
 FENCE_ATTEMPTS = 5
 
@@ -264,7 +266,7 @@ def _compact(
             # Checkpoint, log cleanup and vacuum rewrite no rows: no fence needed, the lease still.
             lease.check()
             _before_commit("checkpoint", name)
-            previous = _last_checkpoint(root, name)
+            previous = last_checkpoint(root, name)
             table.create_checkpoint()
             _clean_log_behind(root, name, previous, lease)
             lease.check()
@@ -279,7 +281,7 @@ def _compact(
     return report
 
 
-def _last_checkpoint(root: Root, name: str) -> Optional[int]:
+def last_checkpoint(root: Root, name: str) -> Optional[int]:
     """The version of the table's newest checkpoint (its log's ``_last_checkpoint``), or None."""
     obstore = require("obstore")
     try:
@@ -290,6 +292,12 @@ def _last_checkpoint(root: Root, name: str) -> Optional[int]:
 
 
 def _clean_log_behind(root: Root, name: str, previous: Optional[int], lease: Lease) -> None:
+    lease.check()
+    _before_commit("cleanup", name)
+    clean_log_behind(root, name, previous)
+
+
+def clean_log_behind(root: Root, name: str, previous: Optional[int]) -> None:
     """Log cleanup with a margin: only entries older than the retention and older than the
     checkpoint that was the newest before this compaction's (``previous``). A collector or reader
     that started loading the table before this compaction's checkpoint was written is reading
@@ -298,13 +306,34 @@ def _clean_log_behind(root: Root, name: str, previous: Optional[int], lease: Lea
     if previous is None:
         return
     deltalake = require("deltalake")
-    lease.check()
-    _before_commit("cleanup", name)
     try:
         behind = deltalake.DeltaTable(root.table(name), version=previous, storage_options=root.options())
     except (OSError, deltalake.exceptions.DeltaError):
         return  # that checkpoint is gone already (a collector's own cleanup): cleaned next time
     behind.cleanup_metadata()
+
+
+class LogKeeper:
+    """A collector's own log cleanup, for a history nobody compacts: its commits leave delta-rs's
+    cleanup off (delta-rs lists the whole log after every commit to look for expired entries:
+    a round's commit took 3 times as long at 1,200 log entries, growing with the log), so every
+    `TIDY_EVERY` rounds each table's log is cleaned as compaction cleans it, behind the
+    checkpoint that was the newest at the keeper's previous turn (at least a checkpoint interval
+    of margin for the collectors and readers loading it)."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self.seen: Dict[str, Optional[int]] = {}
+
+    def __call__(self) -> None:
+        deltalake = require("deltalake")
+        for name in TABLES:
+            newest = last_checkpoint(self.root, name)
+            try:
+                clean_log_behind(self.root, name, self.seen.get(name))
+            except (OSError, deltalake.exceptions.DeltaError):
+                pass  # log cleanup is housekeeping: tried again at the next turn
+            self.seen[name] = newest
 
 
 def _log_retention(table: Any, retention: dt.timedelta) -> Dict[str, str]:

@@ -7,6 +7,11 @@ entries committed since), once it is known to be the same table: the log entry o
 was loaded at must still be the very object it was (its e-tag; one request). A table replaced meanwhile (another
 dataset moved to the frame's path), a log entry removed by log cleanup or anything that fails
 makes it load from scratch, with every check a first load makes (`_layout.ready`).
+
+A kept table is also loaded from scratch once it was brought `RELOAD_AFTER` versions forward: an
+updated snapshot never moves to a newer checkpoint, it replays every entry since its load, so a
+commit through it grew with the rounds (the CPU time of an append through a table kept for 300
+commits was 2.5 times that of one kept for 100, while a load from the newest checkpoint stays flat).
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from ._tables import check_ours
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+
+#: How many versions a kept table is brought forward before it is loaded from scratch again
+#: (from the newest checkpoint): the tables' checkpoint interval.
+RELOAD_AFTER = 100
 
 
 def _entry(name: str, version: int) -> str:
@@ -77,5 +87,7 @@ class KeptTables:
             table.update_incremental()
         except (OSError, deltalake.exceptions.DeltaError):
             return None
+        if table.version() - version >= RELOAD_AFTER:
+            return None  # brought forward long enough: from the newest checkpoint again
         self.tables[name] = kept
         return table

@@ -72,6 +72,14 @@ def marker(name: str) -> str:
     return f"{MARKER}{name}"
 
 
+def round_commit_hooks() -> Any:
+    """A round's commit makes checkpoints but never cleans the log: delta-rs's cleanup lists the
+    whole log after every commit (a cost that grows with the log: a round's commit took three
+    times as long at 1,200 entries), and it has no margin for the loads under way. The collector
+    (`_compact.LogKeeper`) and compaction clean the log instead, behind an older checkpoint."""
+    return require("deltalake").PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
 #: How often loading a table is tried when a log file it listed was removed meanwhile.
 LOAD_ATTEMPTS = 4
 
@@ -290,7 +298,13 @@ def commit(
             # Written against the very snapshot whose transaction version was read above: a commit
             # of the same round by another process after that snapshot is a conflict, not a twin.
             deltalake.write_deltalake(
-                table, data, mode="append", partition_by=[PARTITION], schema_mode="merge", commit_properties=properties
+                table,
+                data,
+                mode="append",
+                partition_by=[PARTITION],
+                schema_mode="merge",
+                commit_properties=properties,
+                post_commithook_properties=round_commit_hooks(),
             )
             return True
         except deltalake.exceptions.CommitFailedError as error:
