@@ -27,9 +27,10 @@ from s3_server import keys as _keys
 import defilens
 import defilens.history._convert as converting
 from defilens.history import TABLES
+from defilens.history._collect import commit
 from defilens.history._root import root_of
-from defilens.history._rounds import round_of_fetch, tables_of
-from defilens.history._tables import commit_round
+from defilens.history._rounds import round_of_fetch
+from defilens.history._spool import Spool
 from defilens.testing import Sandbox
 
 TOKENS = ["bitcoin", "ethereum", "dogecoin", "unknown-coin"]
@@ -74,8 +75,8 @@ def _twins(tmp_path: Path, rounds: int = 4, step: str = "3h") -> Tuple[Path, Pat
             started = sandbox.now
             write_old_round(frames, old, started, number)
             round_ = round_of_fetch(frames, "twin", number, started, keep_raw=True)
-            tables, _ = tables_of(round_)
-            commit_round(root, tables, round_.app_id, round_.number, round_.metadata)
+            spool = Spool(root)
+            commit(root, spool, round_, spool.put(round_))  # what collect does with a round
             sandbox.advance(step)
     return old, today
 

@@ -450,6 +450,11 @@ def _convert_tables(root: Root, manifest: Dict[str, Any]) -> Dict[str, Any]:
         pass
     names = [name for name in TABLES if name in plan]
     dropped = keep_changes_only(root)
+    info = load(root, "info") if dropped else None
+    if info is not None:
+        # Tables converted just now: no version before the rewrite is worth keeping, and a glob
+        # must read what Delta reads (as after _delete_old).
+        info.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
     return {"tables": len(names), "rows": sum(checked.values()), "rewritten": names, "info_rows_dropped": dropped}
 
 
