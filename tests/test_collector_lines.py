@@ -365,7 +365,8 @@ def test_a_restarted_collector_with_its_id_continues_its_round_numbers(tmp_path:
     assert assert_whole_rounds(root) == 6 * 2
     versions = _versions(root, "stable")
     assert set(versions) >= {"snapshot", "indicators", "ta_updated", "log", "raw"}
-    assert all(version == 5 for name, version in versions.items() if name != "drift"), versions
+    # drift and info get rows only in some rounds (info where it changes), so their last round varies.
+    assert all(version == 5 for name, version in versions.items() if name not in ("drift", "info")), versions
     snapshot = defilens.scan(root, "snapshot").collect()
     assert sorted(snapshot.group_by("token").len().get_column("len").to_list()) == [6, 6]
 
