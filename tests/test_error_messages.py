@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Type
 
@@ -365,3 +366,15 @@ def test_summaries_write_every_count_with_separators() -> None:
     assert with_separators(line) == (
         "coverage: 12,345 of 1,440 seen (99.5%) across 1,200 tokens; coin1000 2026-01-05 20:00:00 0.12345 x-10000 7"
     )
+
+
+def test_warnings_point_at_the_callers_line() -> None:
+    """A warning raised deep in defilens (through the keyword check's wrapper, a helper or two)
+    names the user's line, not the package's."""
+    client = defilens.Client(base_url="http://127.0.0.1:9", max_retries=0, timeout=2.0)  # nothing listens
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client.fetch(["bitcoin"], markets=False)
+    ours = [w for w in caught if issubclass(w.category, defilens.DefiLensWarning)]
+    assert ours, [str(w.message) for w in caught]
+    assert all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]

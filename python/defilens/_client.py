@@ -15,6 +15,7 @@ from ._exceptions import DefiLensError, DefiLensWarning
 from ._frames import Frames, _from_core
 from ._names import checked_keywords
 from ._progress import progress_callback
+from ._stack import stacklevel_outside
 
 __all__ = ["Client", "AsyncClient", "DEFAULTS", "DEFAULT_BASE_URL"]
 
@@ -92,7 +93,7 @@ class _BaseClient:
             warnings.warn(
                 f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=stacklevel_outside(),
             )
         # Every setting is checked in Rust (types and ranges), before anything is sent.
         self._engine = _core.Engine(
@@ -165,7 +166,7 @@ class _BaseClient:
         """A damaged or foreign file in the disk cache was ignored, or an entry not written: said
         once, never fatal (the response was fetched instead)."""
         for message in self._engine.take_cache_warnings():
-            warnings.warn(message, DefiLensWarning, stacklevel=4)
+            warnings.warn(message, DefiLensWarning, stacklevel=stacklevel_outside())
 
     def _start(self, ids: "list[str]", *, listing: bool, markets: bool) -> Any:
         self._check_open()
@@ -185,7 +186,7 @@ def _warn_if_everything_failed(frames: Frames) -> None:
         f"all {log.height} requests of this fetch failed, {count} of them with {kind}: {example} "
         "(frames.errors has every failure)",
         DefiLensWarning,
-        stacklevel=3,
+        stacklevel=stacklevel_outside(),
     )
 
 

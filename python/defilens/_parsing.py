@@ -11,6 +11,7 @@ import polars as pl
 from . import _core
 from ._exceptions import DefiLensWarning
 from ._frames import Frames
+from ._stack import stacklevel_outside
 
 __all__ = ["parse_token", "parse_tokens", "parse_markets"]
 
@@ -93,6 +94,6 @@ def parse_markets(body: Body, token_id: str, fetched_at: When = None) -> pl.Data
             f"{drift.height} value(s) of the markets body did not fit their columns and are null ({fields}); "
             "Client.fetch keeps such rows in frames.drift",
             DefiLensWarning,
-            stacklevel=2,
+            stacklevel=stacklevel_outside(),
         )
     return frame

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -18,6 +16,7 @@ from .. import _waiting
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from .._progress import ProgressCallback, progress_callback
+from .._stack import stacklevel_outside
 from ._compact import TIDY_EVERY, LogKeeper
 from ._info import INFO, new_changes
 from ._kept import KeptTables
@@ -97,18 +96,6 @@ def in_thread(function: Callable[..., T], *args: Any) -> T:
     while not wait([future], timeout=_waiting.SLICE_SECONDS).done:
         pass
     return future.result()
-
-
-def _stacklevel_outside() -> int:
-    """The stack level of the first caller outside defilens, for a warning that points at the
-    user's line (3.12's ``skip_file_prefixes``, by hand)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def next_round(root: Root, app_id: str) -> int:
@@ -345,7 +332,7 @@ def _collect_rounds(
         warnings.warn(
             f"finished {finished} round(s) that a stopped collector had fetched but not committed to every table",
             DefiLensWarning,
-            stacklevel=_stacklevel_outside(),
+            stacklevel=stacklevel_outside(),
         )
     number = next_round(root, app_id) if first is None else first
     schedule = _Schedule(client, interval)

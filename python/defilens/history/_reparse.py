@@ -14,6 +14,7 @@ import polars as pl
 
 from .._exceptions import DefiLensWarning
 from .._frames import BODIES_SCHEMA, Frames
+from .._stack import stacklevel_outside
 from ._info import INFO, changes_only
 from ._root import PathLike
 from ._rounds import Round, empty_table, tables_of
@@ -77,7 +78,7 @@ def reparse(path: PathLike, *, as_of: AsOf = None, storage_options: Optional[Map
             f"{failed} response bodies of the raw table could not be decoded and were skipped (the raw table keeps "
             "them, with the failure in its error column)",
             DefiLensWarning,
-            stacklevel=2,
+            stacklevel=stacklevel_outside(),
         )
     empty = {name: empty_table(name).drop(PARTITION) for name in REPARSED}
     frames = {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterator, List, Tuple
 from .._core import empty_frames
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import BODIES_SCHEMA
+from .._stack import stacklevel_outside
 from ._root import Root, require
 from ._rounds import Round
 from ._tables import one_line
@@ -69,7 +70,7 @@ class Spool:
                 f"could not delete {path} from the spool ({one_line(error)}): the next collect will find the round "
                 "committed and delete it",
                 DefiLensWarning,
-                stacklevel=2,
+                stacklevel=stacklevel_outside(),
             )
 
     def paths(self) -> List[str]:
@@ -123,14 +124,14 @@ class Spool:
                 f"{self.root.url}/{path} is not a round this defilens can commit ({why}) and could not be set aside "
                 f"({one_line(error)}); skipped: move it out of {self.root.url}/{SPOOL}",
                 DefiLensWarning,
-                stacklevel=3,
+                stacklevel=stacklevel_outside(),
             )
             return
         warnings.warn(
             f"{self.root.url}/{path} is not a round this defilens can commit ({why}): set aside as "
             f"{self.root.url}/{target}",
             DefiLensWarning,
-            stacklevel=3,
+            stacklevel=stacklevel_outside(),
         )
 
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import INTERVAL
+from .._stack import stacklevel_outside
 from ..history._layout import State, state
 from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
@@ -153,7 +154,7 @@ def _check_clock(root: Any, scope: Scope, moments: pl.DataFrame) -> None:
             warnings.warn(
                 f"the history has no {table} rows for {len(absent)} of the tokens asked for ({', '.join(absent[:5])})",
                 DefiLensWarning,
-                stacklevel=3,
+                stacklevel=stacklevel_outside(),
             )
     if not spans.height:
         return  # an empty history: nothing in it, nothing to say about clocks
@@ -171,7 +172,7 @@ def _check_clock(root: Any, scope: Scope, moments: pl.DataFrame) -> None:
             f"decision times up to {latest - last} after the history's last fetch ({last}): their values are that "
             f"old{clock}",
             DefiLensWarning,
-            stacklevel=3,
+            stacklevel=stacklevel_outside(),
         )
 
 

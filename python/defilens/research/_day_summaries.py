@@ -32,6 +32,7 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._frames import INTERVAL
 from .._progress import progress_callback
+from .._stack import stacklevel_outside
 from ..history._root import Root, require
 from ..history._scan import load_ours
 from ..history._tables import PARTITION, TABLE_PROPERTIES, one_line, restore, to_disk
@@ -360,7 +361,7 @@ def day_summaries(root: Root, *, cache: bool, progress: Optional[bool]) -> Dict[
                         f"the audit's day summaries could not be kept under {_table(root, '')!r} "
                         f"({one_line(error)}); this audit is complete, the next one summarizes these days "
                         "again (audit(cache=False) does not try)",
-                        stacklevel=3,
+                        stacklevel=stacklevel_outside(),
                     )
                     keeping = False
             done += len(dates)

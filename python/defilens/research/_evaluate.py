@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import polars as pl
 
 from .._exceptions import DefiLensWarning
+from .._stack import stacklevel_outside
 from ._labels import duration_text, overlap_lags, spacing_of
 
 #: |t| at or above this reads as evidence in the verdict (about 5% two-sided, for one test).
@@ -306,7 +307,7 @@ def _scores(
             f"{constant:,} with {signal!r} (or the returns) the same for every token, "
             f"{dropped.height - constant:,} with fewer than {min_tokens} tokens labelled",
             DefiLensWarning,
-            stacklevel=3,
+            stacklevel=stacklevel_outside(),
         )
     bucket = ((score.rank("ordinal").over("horizon", by) - 1) * quantiles // pl.len().over("horizon", by) + 1).alias(
         "quantile"
