@@ -127,7 +127,7 @@ fn serves_both_routes_and_404s_the_rest() {
     assert_eq!(get(&sandbox, "/listings/bitcoin?x=1", None).status, 200);
     assert_eq!(get(&sandbox, "/listings/bad%zz", None).status, 400);
     assert_eq!(get(&sandbox, "/listings/bad%FF", None).status, 400);
-    assert_eq!(sandbox.requests(), 21);
+    assert_eq!(sandbox.requests(), 26);
     assert!(sandbox.url().starts_with("http://127.0.0.1:"));
     assert!(sandbox.url().ends_with(&sandbox.port().to_string()));
 }
