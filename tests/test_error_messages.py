@@ -378,3 +378,15 @@ def test_warnings_point_at_the_callers_line() -> None:
     ours = [w for w in caught if issubclass(w.category, defilens.DefiLensWarning)]
     assert ours, [str(w.message) for w in caught]
     assert all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]
+
+
+def test_a_failed_convert_leaves_no_folder_behind(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    target = tmp_path / "nothing" / "here"
+    run = subprocess.run(
+        [sys.executable, "-m", "defilens", "convert", str(target)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0 and "no history" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "nothing").exists()

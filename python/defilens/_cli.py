@@ -782,7 +782,8 @@ def _versions(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    report = convert(args.folder, storage_options=_storage_options(args))
+    with _nothing_left_on_failure(args.folder):
+        report = convert(args.folder, storage_options=_storage_options(args))
     if not report["tables"]:
         print(f"{args.folder} holds no table in the old layout: nothing to convert")
         return 0
