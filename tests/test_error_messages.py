@@ -252,6 +252,12 @@ CLI_CASES: List[Tuple[str, List[str], int, Tuple[str, ...]]] = [
     ("a mistyped option", ["fetch", "bitcoin", "--sandox"], 2, ("did you mean '--sandbox'",)),
     ("a mistyped command", ["fecth", "bitcoin"], 2, ("did you mean 'fetch'",)),
     ("collect --count 0", ["collect", "bitcoin", "--every", "5m", "--count", "0", "--out", "{new}"], 2, ("1 or more",)),
+    (
+        "collect --max-failed-rounds 0",
+        ["collect", "bitcoin", "--every", "5m", "--max-failed-rounds", "0", "--out", "{new}"],
+        2,
+        ("--max-failed-rounds must be 1 or more",),
+    ),
     ("collect --every 5", ["collect", "bitcoin", "--every", "5", "--out", "{new}"], 2, ("unit", "5s", "5m")),
     ("collect --every 5x", ["collect", "bitcoin", "--every", "5x", "--out", "{new}"], 2, ("--every must look like",)),
     ("compact --retention 7", ["compact", "{history}", "--retention", "7"], 2, ("unit", "7d")),

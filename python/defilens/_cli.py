@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--max-failed-rounds",
-        type=int,
+        type=_positive("--max-failed-rounds", f"leave it out for the default {DEFAULT_MAX_FAILED_ROUNDS}"),
         default=DEFAULT_MAX_FAILED_ROUNDS,
         help=f"stop after this many rounds in a row in which every request failed (default {DEFAULT_MAX_FAILED_ROUNDS})",
     )
