@@ -13,7 +13,7 @@ from ._polars_version import check_polars
 check_polars()
 
 # The imports below come after the check, so an old polars fails with its message, not theirs.
-from . import _exceptions, ta, testing
+from . import _exceptions, research, ta, testing
 from ._client import AsyncClient, Client
 from ._core import __version__
 
@@ -22,23 +22,9 @@ from ._exceptions import *  # noqa: F403
 from ._frames import INTERVAL, Frames, concat, read
 from ._parsing import parse_markets, parse_token, parse_tokens
 from .history import collect, compact, convert, reparse, scan, versions
-from .research import (
-    Audit,
-    Evaluation,
-    LookaheadReport,
-    asof,
-    audit,
-    decision_times,
-    evaluate,
-    forward_returns,
-    lookahead_check,
-    members,
-    panel,
-    to_alphalens,
-    to_vectorbt,
-    universe,
-    verify,
-)
+
+# The research functions, their names written once (in research.__all__).
+from .research import *  # noqa: F403
 
 __all__ = [
     "Client",
@@ -56,23 +42,8 @@ __all__ = [
     "compact",
     "convert",
     "reparse",
-    "panel",
-    "asof",
-    "audit",
-    "Audit",
-    "verify",
-    "decision_times",
-    "forward_returns",
-    "evaluate",
-    "Evaluation",
-    "lookahead_check",
-    "LookaheadReport",
-    "to_alphalens",
-    "to_vectorbt",
-    "universe",
-    "members",
     "ta",
     "testing",
     "__version__",
 ]
-__all__ += _exceptions.__all__
+__all__ += research.__all__ + _exceptions.__all__
