@@ -19,7 +19,7 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import parse_every
 from .._exceptions import HistoryError
-from ..history._root import PathLike
+from ..history._root import PathLike, Root
 from ..history._scan import open_for_reading, scan_table
 from ._membership import within
 from ._scope import CANDLE_INTERVALS, scope_of
@@ -115,6 +115,16 @@ def with_bars(prices: pl.DataFrame, cadence: dt.timedelta) -> pl.DataFrame:
     )
 
 
+def fetch_span(root: Root) -> "tuple[Optional[dt.datetime], Optional[dt.datetime]]":
+    """The first and the last fetch of the history (its snapshot's ``fetched_at``), None for none."""
+    span = (
+        scan_table(root, "snapshot")
+        .select(pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last"))
+        .collect()
+    )
+    return span["first"][0], span["last"][0]
+
+
 def decision_times(
     source: PathLike,
     interval: str = "1h",
@@ -135,13 +145,8 @@ def decision_times(
     if shift >= length:
         raise ValueError(f"offset {offset!r} is a whole {interval} candle or more: give less than {interval}")
     root = open_for_reading(source, storage_options)
-    span = (
-        scan_table(root, "snapshot")
-        .select(pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last"))
-        .collect()
-    )
-    first, last = span["first"][0], span["last"][0]
-    if first is None:
+    first, last = fetch_span(root)
+    if first is None or last is None:
         raise HistoryError(f"the history at {root.url!r} has no snapshot rows: nothing to decide on")
     lo = _aware(start, "start") if start is not None else first
     hi = _aware(end, "end") if end is not None else last

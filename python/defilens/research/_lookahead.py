@@ -17,7 +17,8 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from ..history._root import PathLike
-from ..history._scan import history_cut_at, open_for_reading, scan_table
+from ..history._scan import history_cut_at, open_for_reading
+from ._labels import fetch_span
 
 UTC_MS = pl.Datetime("ms", "UTC")
 Study = Callable[[Any], Union[pl.DataFrame, pl.LazyFrame]]
@@ -95,13 +96,8 @@ def _frame(result: Any, where: str) -> pl.DataFrame:
 
 def _span(source: PathLike, storage_options: Optional[Mapping[str, Any]]) -> "tuple[dt.datetime, dt.datetime]":
     root = open_for_reading(source, storage_options)
-    span = (
-        scan_table(root, "snapshot")
-        .select(pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last"))
-        .collect()
-    )
-    first, last = span["first"][0], span["last"][0]
-    if first is None or first == last:
+    first, last = fetch_span(root)
+    if first is None or last is None or first == last:
         raise HistoryError(f"the history at {root.url!r} has fewer than two rounds: there is nothing to cut")
     return first, last
 
