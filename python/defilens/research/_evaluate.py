@@ -8,7 +8,7 @@ import datetime as dt
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import polars as pl
 
@@ -322,28 +322,24 @@ def _scores(
         )
         .sort("horizon", "quantile")
     )
-    summary_rows: List[Dict[str, Any]] = []
-    for horizon in horizons:
-        one = ic.filter(pl.col("horizon") == horizon)
-        values = one["ic"].to_list()
-        lags = overlap_lags(horizon, spacing)
+
+    def ranked(horizon: dt.timedelta, lags: int) -> Dict[str, Any]:
+        values = ic.filter(pl.col("horizon") == horizon)["ic"].to_list()
         spread = quantile_table.filter(pl.col("horizon") == horizon)
         top = spread.filter(pl.col("quantile") == quantiles)["mean_excess"]
         bottom = spread.filter(pl.col("quantile") == 1)["mean_excess"]
-        summary_rows.append(
-            {
-                "horizon": horizon,
-                "decisions": len(values),
-                "observations": int(rows.filter(pl.col("horizon") == horizon).height),
-                "mean_ic": sum(values) / len(values) if values else None,
-                "ic_std": float(one["ic"].std()) if len(values) > 1 else None,  # type: ignore[arg-type]
-                "ic_positive": sum(v > 0 for v in values) / len(values) if values else None,
-                "t": newey_west_t(values, lags) if values else None,
-                "lags": lags,
-                "top_minus_bottom": (top[0] - bottom[0]) if top.len() and bottom.len() else None,
-            }
-        )
-    summary = pl.DataFrame(summary_rows, schema_overrides={"horizon": pl.Duration("us")})
+        return {
+            "decisions": len(values),
+            "observations": int(rows.filter(pl.col("horizon") == horizon).height),
+            "mean_ic": sum(values) / len(values) if values else None,
+            "ic_std": float(pl.Series(values).std()) if len(values) > 1 else None,  # type: ignore[arg-type]
+            "ic_positive": sum(v > 0 for v in values) / len(values) if values else None,
+            "t": newey_west_t(values, lags) if values else None,
+            "lags": lags,
+            "top_minus_bottom": (top[0] - bottom[0]) if top.len() and bottom.len() else None,
+        }
+
+    summary = _by_horizon(horizons, spacing, ranked)
     return summary, ic, quantile_table, int(dropped.select(pl.col("tokens").sum()).item() or 0)
 
 
@@ -360,31 +356,39 @@ def _events(
         )
         .sort("horizon", "event")
     )
-    summary_rows: List[Dict[str, Any]] = []
-    for horizon in horizons:
+
+    def evented(horizon: dt.timedelta, lags: int) -> Dict[str, Any]:
         one = rows.filter(pl.col("horizon") == horizon)
         chosen = one.filter(pl.col(signal))
         series = chosen.group_by(by).agg(pl.col("excess").mean()).sort(by)["excess"].to_list()
-        lags = overlap_lags(horizon, spacing)
-        summary_rows.append(
-            {
-                "horizon": horizon,
-                "decisions": one[by].n_unique(),
-                "observations": one.height,
-                "events": chosen.height,
-                "event_hit_rate": float((chosen["forward_return"] > 0).mean()) if chosen.height else None,  # type: ignore[arg-type]
-                "all_hit_rate": float((one["forward_return"] > 0).mean()),  # type: ignore[arg-type]
-                "event_mean": float(chosen["forward_return"].mean()) if chosen.height else None,  # type: ignore[arg-type]
-                "all_mean": float(one["forward_return"].mean()),  # type: ignore[arg-type]
-                "event_excess": float(chosen["excess"].mean()) if chosen.height else None,  # type: ignore[arg-type]
-                "excess_t": newey_west_t(series, lags) if len(series) > 1 else None,
-                "lags": lags,
-            }
-        )
-    if not any(r["events"] for r in summary_rows):
+        return {
+            "decisions": one[by].n_unique(),
+            "observations": one.height,
+            "events": chosen.height,
+            "event_hit_rate": float((chosen["forward_return"] > 0).mean()) if chosen.height else None,  # type: ignore[arg-type]
+            "all_hit_rate": float((one["forward_return"] > 0).mean()),  # type: ignore[arg-type]
+            "event_mean": float(chosen["forward_return"].mean()) if chosen.height else None,  # type: ignore[arg-type]
+            "all_mean": float(one["forward_return"].mean()),  # type: ignore[arg-type]
+            "event_excess": float(chosen["excess"].mean()) if chosen.height else None,  # type: ignore[arg-type]
+            "excess_t": newey_west_t(series, lags) if len(series) > 1 else None,
+            "lags": lags,
+        }
+
+    summary = _by_horizon(horizons, spacing, evented)
+    if not summary["events"].sum():
         raise ValueError(f"{signal!r} is never true among the labelled decisions: there is no event to evaluate")
-    summary = pl.DataFrame(summary_rows, schema_overrides={"horizon": pl.Duration("us")})
     return summary, events
+
+
+def _by_horizon(
+    horizons: List[dt.timedelta],
+    spacing: Optional[dt.timedelta],
+    summarize: Callable[[dt.timedelta, int], Dict[str, Any]],
+) -> pl.DataFrame:
+    """One summary row per horizon: ``summarize(horizon, lags)``, where ``lags`` is how many
+    neighbouring decisions' labels overlap at that horizon (Newey-West's lag)."""
+    rows = [{"horizon": horizon, **summarize(horizon, overlap_lags(horizon, spacing))} for horizon in horizons]
+    return pl.DataFrame(rows, schema_overrides={"horizon": pl.Duration("us")})
 
 
 def _horizon(value: Optional[dt.timedelta]) -> str:
