@@ -547,8 +547,8 @@ def test_a_rounds_commit_leaves_the_log_alone(tmp_path: Path) -> None:
 
 
 def test_the_collectors_log_keeper_cleans_behind_the_checkpoint_of_its_previous_turn(tmp_path: Path) -> None:
-    from defilens.history._compact import LogKeeper
     from defilens.history._root import root_of
+    from defilens.history._upkeep import LogKeeper
 
     root = str(tmp_path / "h")
     _collect(root, 3)
@@ -568,10 +568,10 @@ def test_the_collectors_log_keeper_cleans_behind_the_checkpoint_of_its_previous_
 
 
 def test_a_collector_runs_its_log_keeper_every_few_rounds(tmp_path: Path, monkeypatch) -> None:
-    from defilens.history import _collect as collect_module
+    from defilens.history import _upkeep
 
     turns: List[int] = []
-    monkeypatch.setattr(collect_module, "TIDY_EVERY", 2)
-    monkeypatch.setattr(collect_module.LogKeeper, "__call__", lambda self: turns.append(1))
+    monkeypatch.setattr(_upkeep, "TIDY_EVERY", 2)
+    monkeypatch.setattr(_upkeep.LogKeeper, "__call__", lambda self: turns.append(1))
     _collect(str(tmp_path / "h"), 5)
     assert len(turns) == 2

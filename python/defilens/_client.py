@@ -308,7 +308,8 @@ class Client(_BaseClient):
         (``None``: until Ctrl-C) and returns the number of rounds committed; ``on_round(n,
         frames)`` is called after each round is committed. ``raw=True`` also
         keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        ``compact=True`` runs `defilens.compact` as it goes. ``progress`` draws a bar over the
+        The collector packs each closed day's small files itself; ``compact=True`` runs the
+        whole `defilens.compact` every hour as it goes instead. ``progress`` draws a bar over the
         rounds (a round counter without ``count``; ``None``: on a terminal or in a notebook). ``out`` may be an object storage URL
         (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
         permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in

@@ -17,7 +17,6 @@ from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from .._progress import ProgressCallback, progress_callback
 from .._stack import stacklevel_outside
-from ._compact import TIDY_EVERY, LogKeeper
 from ._info import INFO, new_changes
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
@@ -27,6 +26,7 @@ from ._rounds import Round, round_of_fetch, tables_of
 from ._settings import check_universe, collector_settings
 from ._spool import Spool
 from ._tables import COMMIT_THREADS, TABLES, commit_round, load
+from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -251,7 +251,10 @@ def collect(
     drift; a round that overruns skips the ticks it missed. Stops after ``count`` rounds
     (``None``: until Ctrl-C) and returns the number of rounds committed. ``raw`` also keeps the
     response bodies in a ``raw`` table (`defilens.reparse` rebuilds the frames from it);
-    ``compact`` runs `defilens.compact` every hour as it goes. ``progress`` draws a bar over the
+    Without ``compact`` the collector keeps its history healthy itself: it cleans the tables' logs
+    every 100 rounds and packs each closed day's small files once the day has closed (commits
+    stay flat over months); ``compact`` runs the whole `defilens.compact` every hour instead
+    (today's files packed too, closed days sorted by token). ``progress`` draws a bar over the
     rounds (a round counter without ``count``); ``None`` draws it on a terminal or in a notebook. ``out`` may be an object storage URL
     (``s3://bucket/prefix``) with polars-style ``storage_options``.
 
@@ -340,7 +343,7 @@ def _collect_rounds(
     rounds = 0
     failed_in_a_row = 0
     last_compacted: Optional[float] = None
-    keep_log = LogKeeper(root)
+    upkeep = Upkeep(root, pack_days=not compact)  # logs cleaned, closed days packed: no manual compact needed
     while count is None or rounds < count:
         started = schedule.wait_for_next_round()
         with warnings.catch_warnings():
@@ -361,8 +364,9 @@ def _collect_rounds(
             if on_round is not None:
                 on_round(rounds, frames)
             raise KeyboardInterrupt
-        if rounds % TIDY_EVERY == 0:
-            in_thread(keep_log)  # the tables' logs cleaned as compaction cleans them
+        trouble = in_thread(upkeep.after_round, rounds, started)
+        if trouble:
+            warnings.warn(trouble, DefiLensWarning, stacklevel=stacklevel_outside())
         if compact and (last_compacted is None or time.monotonic() - last_compacted >= COMPACT_EVERY.total_seconds()):
             from ._compact import compact as compact_history
             from ._lock import Busy
