@@ -117,7 +117,9 @@ def commit(root: Root, spool: Spool, round_: Round, path: str, kept: "Optional[K
     then takes it out of the spool. ``kept``: the collector's tables as its last round left them."""
     tables, _ = tables_of(round_)
     if INFO in tables:
-        tables[INFO] = new_changes(root, tables[INFO])  # info is kept only when it changes (_info)
+        # Info is kept only when it changes (_info), judged against the table as it is now.
+        stored = kept.ready(root, INFO) if kept is not None else load(root, INFO)
+        tables[INFO] = new_changes(stored, tables[INFO])
     commit_round(
         root, tables, round_.app_id, round_.number, round_.metadata, ready=ready if kept is None else kept.ready
     )

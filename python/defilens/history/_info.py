@@ -12,12 +12,15 @@ so no collector drops a change another collector's rows do not hold.
 
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List, Optional
 
 import polars as pl
 
 from ._root import Root, require
 from ._tables import FETCHED_AT, PARTITION, frame_schema, load, restore, to_disk
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 INFO = "info"
 
@@ -42,12 +45,12 @@ def changes_only(frame: pl.DataFrame) -> pl.DataFrame:
     return ordered.filter(_changed(columns).fill_null(True)).sort("_row").drop("_row")
 
 
-def new_changes(root: Root, frame: pl.DataFrame) -> pl.DataFrame:
+def new_changes(table: "Optional[DeltaTable]", frame: pl.DataFrame) -> pl.DataFrame:
     """The rows of a round's ``info`` frame that are changes: each one whose info differs from
-    the token's row before it, among the stored rows and the frame's own."""
+    the token's row before it, among the rows stored in ``table`` (the info table as it is now;
+    None: there is none yet) and the frame's own."""
     if frame.height == 0:
         return frame
-    table = load(root, INFO)
     if table is None:
         return changes_only(frame)
     require("deltalake")
