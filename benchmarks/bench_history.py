@@ -286,7 +286,8 @@ def bench_rounds(rounds: int, tokens: int, every: str, folder: str, kept: bool =
     The log's retention (a week) is judged by delta-rs on the files' real ages, and these rounds
     come hundreds of times faster than their cadence: after the first 20 rounds each table's log
     retention is set to the real time a week of rounds takes here, so the log is cleaned at each
-    checkpoint as a collector's is in real time. ``kept=False`` loads every table from scratch
+    checkpoint as a collector's is in real time; the files vacuum keeps for time travel likewise.
+    ``kept=False`` loads every table from scratch
     every round (the collector before it kept its tables)."""
     from deltalake import DeltaTable
 
@@ -312,7 +313,11 @@ def bench_rounds(rounds: int, tokens: int, every: str, folder: str, kept: bool =
             for name in TABLES:
                 with contextlib.suppress(Exception):
                     DeltaTable(f"{root}/{name}").alter.set_table_properties(
-                        {"delta.logRetentionDuration": f"interval {seconds} seconds"}
+                        {
+                            "delta.logRetentionDuration": f"interval {seconds} seconds",
+                            # what vacuum keeps for time travel, on the same compressed clock
+                            "delta.deletedFileRetentionDuration": f"interval {seconds} seconds",
+                        }
                     )
         # Wall time, and the CPU time of the whole process meanwhile (every thread, delta-rs's too):
         # on a machine shared with other work the wall time waits for the CPU, the CPU time less so.
@@ -364,6 +369,7 @@ def bench_rounds(rounds: int, tokens: int, every: str, folder: str, kept: bool =
         # upkeep: nothing most rounds; a day's packing once a day, a log cleanup every 100 rounds
         "upkeep per round": statistics.mean(upkeep),
         "upkeep max": max(upkeep),
+        "upkeep by 100": [round(sum(upkeep[i : i + 100]), 1) for i in range(0, len(upkeep), 100)],
         "data files": files,
         "log entries": log_files,
         "elapsed": elapsed,
@@ -775,7 +781,8 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
             f"({r['ratio']:.2f}x wall time); CPU time {r['first 100 cpu'] * 1000:.0f} ms and {r['last 100 cpu'] * 1000:.0f} ms "
             f"({r['cpu ratio']:.2f}x; every 100 rounds: {', '.join(map(str, r['cpu by 100']))} ms). The collector's upkeep "
             f"after a round (a day's packing, a log cleanup every 100 rounds, else nothing) {r['upkeep per round'] * 1000:.0f} "
-            f"ms a round on average, at most {r['upkeep max']:.2f} s. {r['data files']:,} data files, "
+            f"ms a round on average, at most {r['upkeep max']:.2f} s (every 100 rounds, s: "
+            f"{', '.join(map(str, r['upkeep by 100']))}). {r['data files']:,} data files on disk, "
             f"{r['log entries']:,} log entries kept. Load {r['load']}."
         )
         targets.append(
