@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .._exceptions import HistoryError
-from ._root import Root, require
-from ._tables import TABLES, check_ours, load, one_line
+from .._storage import Root, one_line, require
+from ._tables import TABLES, check_ours, load
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -141,11 +141,11 @@ def ready(root: Root, name: str) -> "Optional[DeltaTable]":
         # Nothing there, or a log without a first commit (a creation cut short): the commit creates it.
         return None
     try:
-        check_ours(table, name, root.table(name))
+        check_ours(table, name, root.path(name))
     except HistoryError as error:
         raise HistoryError(f"{error} (nothing was written)") from None
     if root.is_local:
-        check_writable_table(root.table(name), str(table.metadata().id))
+        check_writable_table(root.path(name), str(table.metadata().id))
     return table
 
 

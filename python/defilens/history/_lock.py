@@ -37,7 +37,7 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from .._exceptions import HistoryError
-from ._root import Root, require
+from .._storage import Root, require
 
 LOCK = "_defilens/compaction.lock"
 #: An empty object a compaction writes to read the store's clock (its last-modified time).

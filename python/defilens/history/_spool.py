@@ -18,9 +18,8 @@ from .._core import empty_frames
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import BODIES_SCHEMA
 from .._stack import stacklevel_outside
-from ._root import Root, require
+from .._storage import Root, one_line, require
 from ._rounds import Round
-from ._tables import one_line
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore

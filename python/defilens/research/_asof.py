@@ -12,8 +12,8 @@ import polars as pl
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import INTERVAL
 from .._stack import stacklevel_outside
+from .._storage import PathLike
 from ..history._layout import State, state
-from ..history._root import PathLike
 from ..history._scan import open_for_reading, scan_table
 from ._membership import within
 from ._panel import _CLOSE, closes, panel_of

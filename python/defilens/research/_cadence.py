@@ -20,7 +20,7 @@ import polars as pl
 
 from .._core import INTERVAL_MS
 from .._duration import parse_every
-from ..history._root import Root
+from .._storage import Root
 from ..history._settings import runs
 from ._scope import CANDLE_INTERVALS, _unknown
 

@@ -33,9 +33,9 @@ from .._core import INTERVAL_MS
 from .._frames import INTERVAL
 from .._progress import progress_callback
 from .._stack import stacklevel_outside
-from ..history._root import Root, require
+from .._storage import Root, one_line, require
 from ..history._scan import load_ours
-from ..history._tables import PARTITION, TABLE_PROPERTIES, one_line, restore, to_disk
+from ..history._tables import PARTITION, TABLE_PROPERTIES, restore, to_disk
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -271,7 +271,7 @@ def empty() -> Dict[str, pl.DataFrame]:
 
 
 def _table(root: Root, name: str) -> str:
-    return root.table(f"{CACHE}/{name}")
+    return root.path(f"{CACHE}/{name}")
 
 
 def _read(root: Root, name: str) -> Optional[pl.LazyFrame]:

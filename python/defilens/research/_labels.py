@@ -19,7 +19,7 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import parse_every
 from .._exceptions import HistoryError
-from ..history._root import PathLike
+from .._storage import PathLike
 from ..history._scan import open_for_reading, scan_table
 from ._membership import within
 from ._scope import CANDLE_INTERVALS, scope_of

@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 import polars as pl
 
 from .._exceptions import HistoryError
-from ..history._root import PathLike
+from .._storage import PathLike
 from ..history._scan import history_cut_at, open_for_reading, scan_table
 
 UTC_MS = pl.Datetime("ms", "UTC")

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional
 import polars as pl
 
 from .._core import empty_frames
-from ..history._root import PathLike
+from .._storage import PathLike
 from ..history._scan import open_for_reading, scan_table
 from ._asof import Moments, moments_of
 from ._labels import Horizon, _duration
