@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root, one_line, require
-from ._layout import State, states
+from ._layout import SORTED, State, states
 from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
 from ._retained import kept_for_time_travel
 from ._root import require_history, root_of
@@ -31,8 +31,6 @@ CLOSED_AFTER = dt.timedelta(hours=1)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Small files are packed into files of about this size.
 DEFAULT_TARGET_SIZE = 128 << 20
-#: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
-SORTED = "_defilens/sorted"
 #: Every how many rounds a collector cleans its tables' logs (`LogKeeper`).
 TIDY_EVERY = 100
 #: How often a compaction tries its fence on a table while collectors' appends keep landing first.

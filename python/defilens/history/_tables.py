@@ -154,6 +154,22 @@ def load(root: Root, name: str, version: Optional[int] = None) -> "Optional[Delt
     return table
 
 
+def read_table(root: Root, name: str) -> Optional[pl.LazyFrame]:
+    """The Delta table at ``name`` under ``root`` (a table of the history, or one beside it such
+    as the audit's) as the frames have its columns (`restore`), or None when there is none."""
+    table = load(root, name)
+    return None if table is None else restore(pl.scan_delta(table))
+
+
+def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
+    """Appends ``frame`` to the Delta table at ``name`` under ``root`` (created by the first
+    append, with the history's table properties). For tables beside the history, such as the
+    audit's; a round is committed to the history's own tables by `commit_round`."""
+    require("deltalake").write_deltalake(
+        root.path(name), to_disk(frame), mode="append", storage_options=root.options(), configuration=TABLE_PROPERTIES
+    )
+
+
 def _vanished(error: BaseException) -> bool:
     """Whether ``error`` says a log entry or checkpoint the snapshot listed is gone (log cleanup)."""
     text = str(error)

@@ -13,8 +13,7 @@ from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import INTERVAL
 from .._stack import stacklevel_outside
 from .._storage import PathLike
-from ..history._layout import State, state
-from ..history._scan import open_for_reading, scan_table
+from ..history import State, open_for_reading, scan_table, state
 from ._membership import within
 from ._panel import _CLOSE, closes, panel_of
 from ._scope import CATALOGUE, Names, Scope, candle_times, scope_of

@@ -21,7 +21,7 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import parse_every
 from .._storage import Root
-from ..history._settings import runs
+from ..history import runs
 from ._scope import CANDLE_INTERVALS, _unknown
 
 #: How much later than its cadence a token's next fetch may come before the rounds between are

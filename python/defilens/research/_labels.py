@@ -20,7 +20,7 @@ from .._core import INTERVAL_MS
 from .._duration import parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike
-from ..history._scan import open_for_reading, scan_table
+from ..history import open_for_reading, scan_table
 from ._membership import within
 from ._scope import CANDLE_INTERVALS, scope_of
 

@@ -17,7 +17,7 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from .._storage import PathLike
-from ..history._scan import history_cut_at, open_for_reading, scan_table
+from ..history import history_cut_at, open_for_reading, scan_table
 
 UTC_MS = pl.Datetime("ms", "UTC")
 Study = Callable[[Any], Union[pl.DataFrame, pl.LazyFrame]]

@@ -14,7 +14,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 import polars as pl
 
 from .._storage import PathLike
-from ..history._scan import open_for_reading, scan_table
+from ..history import open_for_reading, scan_table
 from ._membership import within
 from ._scope import Names, Scope, candle_times, scope_of
 
