@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, 
 import polars as pl
 
 from . import _core
-from ._storage import FORMATS, PathLike, locate, write_file
+from ._storage import FORMATS, PathLike, check_writable, locate, write_file
 
 __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
@@ -204,10 +204,8 @@ class Frames:
             raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
         root = locate(path, storage_options, empty=EMPTY_FOLDER)
         if root.is_local:
-            folder = Path(root.url)
-            if folder.exists() and not folder.is_dir():
-                raise ValueError(f"{os.fspath(path)!r} is a file; give a folder")
-            folder.mkdir(parents=True, exist_ok=True)
+            check_writable(root, repr(os.fspath(path)))
+            Path(root.url).mkdir(parents=True, exist_ok=True)
         tables = list(self.items())
         if raw:
             first = self.log["fetched_at"].min() if self.log.height else None
