@@ -126,3 +126,17 @@ def test_what_a_root_holds_is_named_in_one_module() -> None:
             ):
                 naming.setdefault(str(path.relative_to(package)), []).append(node.value)
     assert len(naming) == 1, f"the root's layout is spelled in several modules: {naming}"
+
+
+def test_research_imports_the_history_by_its_public_names_only() -> None:
+    """`defilens.research` reads a history through `defilens.history`'s namespace, never its
+    private modules: the history can change inside without research noticing."""
+    private = []
+    for path in sorted((ROOT / "python" / "defilens" / "research").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("history"):
+                continue
+            names = [alias.name for alias in node.names]
+            if node.module != "history" or any(name.startswith("_") for name in names):
+                private.append(f"{path.name}: from {'.' * node.level}{node.module} import {', '.join(names)}")
+    assert not private, private

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, 
 import polars as pl
 
 from . import _core
-from ._storage import FORMATS, PathLike, check_writable, locate, write_file
+from ._storage import FORMATS, PathLike, check_format, check_writable, locate, write_file
 
 __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
@@ -200,8 +200,7 @@ class Frames:
         serves. ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
         ``storage_options``; no file or object ever appears half-written under its final name.
         """
-        if format not in FORMATS:
-            raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
+        check_format(format)
         root = locate(path, storage_options, empty=EMPTY_FOLDER)
         if root.is_local:
             check_writable(root, repr(os.fspath(path)))

@@ -226,12 +226,17 @@ def missing_parents(root: Root) -> Optional[Path]:
 # --------------------------------------------------------------------------- writing a file
 
 
+def check_format(file_format: str) -> None:
+    """Refuses a file format `write_file` does not write."""
+    if file_format not in FORMATS:
+        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {file_format!r}")
+
+
 def write_file(frame: pl.DataFrame, root: Root, name: str, file_format: str) -> None:
     """Writes one frame to the file ``name`` under ``root``, whole or not at all: a local file is
     written beside its target and renamed (a Ctrl-C waits for the rename), an object is uploaded
     by polars and appears when its upload completes."""
-    if file_format not in FORMATS:
-        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {file_format!r}")
+    check_format(file_format)
     if not root.is_local:
         _sink(frame, root.path(name), file_format, root.options())
         return
