@@ -19,8 +19,8 @@ from deltalake import DeltaTable, write_deltalake
 
 import defilens
 from defilens._core import INTERVAL_MS
+from defilens.history._layout import AUDIT_CACHE as CACHE
 from defilens.history._tables import to_disk
-from defilens.research._day_summaries import CACHE
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 3, 2, tzinfo=UTC)  # a Monday

@@ -24,6 +24,7 @@ from s3_server import client as _client
 
 import defilens
 from defilens.history import TABLES, _compact, _lock
+from defilens.history._layout import COMPACTION_LOCK
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc
@@ -147,7 +148,7 @@ def test_a_compaction_stalled_before_its_commit_while_another_ran_commits_nothin
     monkeypatch.setattr(_compact, "_before_commit", pause)
     thread, outcome = _in_thread(lambda: defilens.compact(root, sort=False))
     assert pause.reached.wait(60)
-    os.remove(os.path.join(root, _lock.LOCK))
+    os.remove(os.path.join(root, COMPACTION_LOCK))
     report = defilens.compact(root, sort=False)
     assert report["files_removed"] > 0
     pause.release()
@@ -166,7 +167,7 @@ def test_a_lock_file_removed_under_a_compaction_stops_it_before_its_next_commit(
     monkeypatch.setattr(_compact, "_before_commit", pause)
     thread, outcome = _in_thread(lambda: defilens.compact(root, sort=False))
     assert pause.reached.wait(60)
-    os.remove(os.path.join(root, _lock.LOCK))
+    os.remove(os.path.join(root, COMPACTION_LOCK))
     pause.release()
     thread.join(60)
     assert isinstance(outcome[0], _lock.LeaseLost), outcome
@@ -282,7 +283,7 @@ def test_a_takeover_while_the_holder_still_runs_cannot_double_rows_on_s3(
 
 
 def _lease_key(url: str, prefix: str) -> "tuple[str, str]":
-    return url[len("s3://") :], f"{prefix}/{_lock.LOCK}"
+    return url[len("s3://") :], f"{prefix}/{COMPACTION_LOCK}"
 
 
 @pytest.mark.slow
@@ -357,7 +358,7 @@ def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket: str, s
     name = bucket[len("s3://") :]
     roots = {case: root_of(f"{bucket}/{case}", s3) for case in LEASE_OBJECTS}
     for case, body in LEASE_OBJECTS.items():
-        _client(s3).put_object(Bucket=name, Key=f"{case}/{_lock.LOCK}", Body=body)
+        _client(s3).put_object(Bucket=name, Key=f"{case}/{COMPACTION_LOCK}", Body=body)
     for root in roots.values():
         with pytest.raises(_lock.Busy, match="another compaction"), _lock.compaction_lock(root):
             pass
@@ -374,7 +375,7 @@ def test_any_lease_object_is_live_until_the_store_says_it_expired(bucket: str, s
         time.sleep(0.3)
     assert taken == {case: 8 if case == "lasts-a-year" else 1 for case in LEASE_OBJECTS}
     for case in LEASE_OBJECTS:
-        lease = json.loads(_client(s3).get_object(Bucket=name, Key=f"{case}/{_lock.LOCK}")["Body"].read())
+        lease = json.loads(_client(s3).get_object(Bucket=name, Key=f"{case}/{COMPACTION_LOCK}")["Body"].read())
         assert lease["released"] is True and lease["epoch"] == taken[case]
 
 
@@ -460,7 +461,7 @@ def test_a_load_survives_log_cleanup_up_to_the_newest_checkpoint(tmp_path: Path)
     from defilens.history._tables import load
 
     root = root_of(tmp_path / "h")
-    path = root.table("snapshot")
+    path = root.path("snapshot")
     settings = {"delta.logRetentionDuration": "interval 1 hours", "delta.checkpointInterval": "1000"}
     stop = threading.Event()
     failures: List[str] = []

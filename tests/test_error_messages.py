@@ -244,6 +244,12 @@ CLI_CASES: List[Tuple[str, List[str], int, Tuple[str, ...]]] = [
     ("compact of a foreign table", ["compact", "{foreign}"], 1, ("compact only a defilens history",)),
     ("fetch --out /proc", ["fetch", "bitcoin", "--sandbox", "--out", "/proc/nope"], 1, ("--out '/proc/nope'",)),
     (
+        "fetch --out file:///proc",
+        ["fetch", "bitcoin", "--sandbox", "--out", "file:///proc/nope"],
+        1,
+        ("--out 'file:///proc/nope'", "cannot be written"),
+    ),
+    (
         "fetch --out under a file",
         ["fetch", "bitcoin", "--sandbox", "--out", "{history}/indicators/_delta_log/00000000000000000000.json/x"],
         1,
@@ -294,6 +300,18 @@ def test_cli_errors_are_one_line(
     if code == 1:
         assert err.count("\n") == 1, err  # nothing but the one line
     assert not (tmp_path / "new").exists(), "a failing command left a folder behind"
+
+
+def test_a_file_url_for_out_is_checked_as_its_path_is(capsys: pytest.CaptureFixture) -> None:
+    """``--out file:///x`` is the folder /x: the same check before any request, the same line."""
+    lines = []
+    for out in ("/proc/nope", "file:///proc/nope"):
+        assert main(["fetch", "bitcoin", "--sandbox", "--out", out]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        lines.append(err.replace(repr(out), "OUT"))
+    assert lines[0] == lines[1], lines
+    assert "cannot be written" in lines[0]
 
 
 def test_a_failing_command_leaves_no_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

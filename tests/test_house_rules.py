@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / ".ci" / "check-dependencies"
@@ -93,3 +96,47 @@ def test_every_folder_has_its_row_in_the_map() -> None:
         if f"`{folder.relative_to(ROOT)}/`" not in text and f"`{folder.name}/`" not in text
     ]
     assert not missing, f"ARCHITECTURE.md has no row for {', '.join(missing)}"
+
+
+#: What a history root holds besides its tables, as the package's source may spell it.
+ROOT_LAYOUT_NAMES = re.compile(r"_spool\b|_defilens/|_audit/")
+
+
+def test_what_a_root_holds_is_named_in_one_module() -> None:
+    """Every path under a history root (`_spool`, `_defilens/...`, `_audit/...`) is written in one
+    module; the others use its names. Docstrings may mention them; code may not spell them."""
+    package = ROOT / "python" / "defilens"
+    naming: Dict[str, List[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and ROOT_LAYOUT_NAMES.search(node.value)
+            ):
+                naming.setdefault(str(path.relative_to(package)), []).append(node.value)
+    assert len(naming) == 1, f"the root's layout is spelled in several modules: {naming}"
+
+
+def test_research_imports_the_history_by_its_public_names_only() -> None:
+    """`defilens.research` reads a history through `defilens.history`'s namespace, never its
+    private modules: the history can change inside without research noticing."""
+    private = []
+    for path in sorted((ROOT / "python" / "defilens" / "research").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("history"):
+                continue
+            names = [alias.name for alias in node.names]
+            if node.module != "history" or any(name.startswith("_") for name in names):
+                private.append(f"{path.name}: from {'.' * node.level}{node.module} import {', '.join(names)}")
+    assert not private, private

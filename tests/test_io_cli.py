@@ -46,6 +46,22 @@ def test_write_read_round_trips_every_dtype(fetched: defilens.Frames, tmp_path: 
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.parquet" for n, _ in fetched.items())
 
 
+def test_write_and_read_a_file_url(fetched: defilens.Frames, tmp_path: Path) -> None:
+    """A ``file://`` URL is the local folder it names (percent-escapes decoded), written and read."""
+    folder = tmp_path / "a b #1 é"
+    url = folder.as_uri()
+    written = fetched.write(url, raw=True)
+    assert written == folder
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{n}.parquet" for n, _ in fetched.items()] + ["raw.parquet"]
+    )
+    for back in (defilens.read(url), defilens.read(folder)):
+        for name, frame in fetched.items():
+            assert getattr(back, name).equals(frame), name
+    with pytest.raises(ValueError, match="storage_options apply to object storage URLs"):
+        fetched.write(url, storage_options={"aws_region": "x"})
+
+
 @pytest.mark.parametrize("fmt", ["csv", "ndjson"])
 def test_text_formats_write_lists_as_json(fetched: defilens.Frames, tmp_path: Path, fmt: str) -> None:
     folder = fetched.write(tmp_path / fmt, format=fmt)

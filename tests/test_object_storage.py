@@ -20,7 +20,7 @@ from s3_server import free_port as _free_port
 from s3_server import keys as _keys
 
 import defilens
-from defilens.research._day_summaries import CACHE
+from defilens.history._layout import AUDIT_CACHE as CACHE
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc

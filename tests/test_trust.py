@@ -378,7 +378,7 @@ def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path
     import signal
     import threading
 
-    from defilens._frames import write_file
+    from defilens._storage import Root, write_file
 
     frame = pl.DataFrame({"x": list(range(300_000)), "y": [str(i) for i in range(300_000)]})
     target = tmp_path / "frame.parquet"
@@ -389,7 +389,7 @@ def test_ctrl_c_during_a_write_never_leaves_a_temporary_or_partial_file(tmp_path
         timer = threading.Timer(rng.uniform(0.0, 0.05), os.kill, (os.getpid(), signal.SIGINT))
         try:
             timer.start()
-            write_file(frame, str(target), "parquet")
+            write_file(frame, Root(str(tmp_path)), target.name, "parquet")
             timer.join()
         except KeyboardInterrupt:
             interrupted += 1

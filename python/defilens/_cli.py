@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -25,12 +24,13 @@ from ._duration import format_duration, parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
 from ._names import did_you_mean
+from ._storage import check_writable, locate, missing_parents, one_line
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versions
 from .history._collect import InterruptedCommit
 from .history._collect import prepare as prepare_root
 from .history._liveness import check_collector_id
 from .history._retained import megabytes
-from .history._tables import COMMIT_THREADS, one_line
+from .history._tables import COMMIT_THREADS
 from .research import audit
 from .research._scope import CANDLE_INTERVALS
 from .testing import Sandbox
@@ -415,36 +415,16 @@ def _writable_folder(path: str) -> None:
     """Makes sure ``--out`` can be written before any request, so a bad path never throws away
     a finished fetch; creates nothing (the frames are written once fetched). An object storage
     URL is left to the upload."""
-    if not path.strip():
-        raise ValueError("--out is empty: give a folder such as out/ or a URL such as s3://bucket/out")
-    if "://" in path:
-        return
-    folder = Path(path).absolute()
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file" if existing == folder else f"cannot be created: {str(existing)!r} is a file"
-        raise ValueError(f"--out {path!r} {what}; give a folder")
-    try:
-        # A folder made and removed where --out would be: what a write will meet (permissions,
-        # a read-only mount, a /proc), found out before any request.
-        os.rmdir(tempfile.mkdtemp(prefix=".defilens-", dir=existing))
-    except OSError as error:
-        why = (error.strerror or type(error).__name__).lower()
-        where = "" if existing == folder else f" in {str(existing)!r}"
-        raise ValueError(f"--out {path!r} cannot be written{where} ({why}); give a folder you can write") from None
+    empty = "--out is empty: give a folder such as out/ or a URL such as s3://bucket/out"
+    check_writable(locate(path, empty=empty), f"--out {path!r}")
 
 
 @contextlib.contextmanager
 def _nothing_left_on_failure(path: Optional[str]) -> Iterator[None]:
     """Removes the folder ``path`` (and empty folders in it) again when the command fails and
     the folder did not exist before it and holds no file: a failed command leaves no trace."""
-    folder = Path(path).absolute() if path and "://" not in path else None
     # The outermost folder the command may create: --out, or the first of its parents missing.
-    created = None
-    while folder is not None and not folder.exists() and folder != folder.parent:
-        created, folder = folder, folder.parent
+    created = missing_parents(locate(path, empty="")) if path and path.strip() else None
     try:
         yield
     except BaseException:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
-import signal
-import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
 from . import _core
+from ._storage import FORMATS, PathLike, check_format, check_writable, locate, write_file
 
 __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
@@ -23,11 +21,10 @@ INTERVAL = pl.Enum(list(_core.INTERVALS))
 #: The frames a `Frames` holds, in order (``errors`` is derived from ``log``).
 FRAME_NAMES: Tuple[str, ...] = tuple(_core.FRAME_NAMES)
 
-PathLike = Union[str, "os.PathLike[str]"]
 RawItem = Tuple[str, str, bytes]
 
-#: The file formats `Frames.write` writes.
-FORMATS = ("parquet", "csv", "ndjson")
+#: Said for an empty folder given to `Frames.write` or `read`.
+EMPTY_FOLDER = "the folder is empty: give a folder such as out/ or a URL such as s3://bucket/out"
 
 #: `Frames.bodies`: one row a response body received.
 BODIES_SCHEMA = {
@@ -203,9 +200,11 @@ class Frames:
         serves. ``path`` may be an object storage URL (``s3://bucket/prefix``) with polars-style
         ``storage_options``; no file or object ever appears half-written under its final name.
         """
-        if format not in FORMATS:
-            raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
-        folder = _folder(path, storage_options)
+        check_format(format)
+        root = locate(path, storage_options, empty=EMPTY_FOLDER)
+        if root.is_local:
+            check_writable(root, repr(os.fspath(path)))
+            Path(root.url).mkdir(parents=True, exist_ok=True)
         tables = list(self.items())
         if raw:
             first = self.log["fetched_at"].min() if self.log.height else None
@@ -214,8 +213,9 @@ class Frames:
             tables.append(("raw", bodies.select("round_start", *BODIES_SCHEMA)))
         for name, frame in tables:
             file_format = "parquet" if name == "raw" else format
-            write_file(frame, f"{folder}/{name}.{file_format}", file_format, storage_options)
-        return folder if _is_url(folder) else Path(folder)
+            ready = frame if file_format == "parquet" else _for_text_formats(frame, file_format)
+            write_file(ready, root, f"{name}.{file_format}", file_format)
+        return Path(root.url) if root.is_local else root.url
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Frames is read-only; use its DataFrames' methods to derive new ones")
@@ -258,94 +258,6 @@ def _for_text_formats(frame: pl.DataFrame, format: str) -> pl.DataFrame:
     return frame.select(converted)
 
 
-@contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Holds a Ctrl-C back until the block ends, then raises it: a write is short, and this
-    way it is whole and renamed, or not started, never left as a temporary file. (A Ctrl-C
-    that lands between the write and its cleanup could otherwise skip the cleanup, whatever
-    the cleanup does.) Only the main thread receives signals; elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: "list[int]" = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def _folder(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> str:
-    """A folder to write frames to: an object storage URL as it is, or a local folder, made."""
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("the folder to write to is empty: give a folder such as out/ or a URL such as s3://bucket/out")
-    if _is_url(text):
-        return text.rstrip("/")
-    if storage_options:
-        raise ValueError("storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths")
-    folder = Path(text.removeprefix("file://"))
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{text!r} is a file; give a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder)
-
-
-def write_file(
-    frame: pl.DataFrame, target: str, format: str, storage_options: Optional[Mapping[str, Any]] = None
-) -> None:
-    """Writes one frame, whole or not at all, locally or to object storage: a local file is
-    written beside its target and renamed (a Ctrl-C waits for the rename), an object is uploaded
-    by polars and appears when its upload completes."""
-    if format not in FORMATS:
-        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {format!r}")
-    ready = frame if format == "parquet" else _for_text_formats(frame, format)
-    if _is_url(target):
-        _sink(ready, target, format, dict(storage_options or {}))
-        return
-    with _ctrl_c_deferred():
-        _write_then_rename(ready, Path(target), format)
-
-
-def _sink(frame: pl.DataFrame, target: Any, format: str, storage_options: "Optional[dict[str, Any]]" = None) -> None:
-    lazy = frame.lazy()
-    if format == "parquet":
-        lazy.sink_parquet(target, storage_options=storage_options)
-    elif format == "csv":
-        lazy.sink_csv(target, storage_options=storage_options)
-    else:
-        lazy.sink_ndjson(target, storage_options=storage_options)
-
-
-def _write_then_rename(frame: pl.DataFrame, target: Path, format: str) -> None:
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        _sink(frame, temporary, format)
-        os.replace(temporary, target)
-    finally:
-        _discard(temporary)
-
-
-def _discard(path: Path) -> None:
-    """Removes ``path`` if it exists, even if Ctrl-C strikes again meanwhile: polars' writers
-    raise KeyboardInterrupt twice for one Ctrl-C, and the second would land in this cleanup."""
-    interrupted = False
-    while True:
-        try:
-            path.unlink(missing_ok=True)
-            break
-        except KeyboardInterrupt:
-            interrupted = True
-    if interrupted:
-        raise KeyboardInterrupt
-
-
 def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
     if "interval" in frame.columns and frame.schema["interval"] != INTERVAL:
         frame = frame.with_columns(pl.col("interval").cast(pl.String).cast(INTERVAL))
@@ -355,32 +267,29 @@ def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
 def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Frames:
     """Reads a folder written by `Frames.write` (Parquet) back into `Frames`; ``path`` may be an
     object storage URL with ``storage_options``."""
+    root = locate(path, storage_options, empty=EMPTY_FOLDER)
     text = os.fspath(path)
-    if not _is_url(text):
-        if storage_options:
-            raise ValueError(
-                "storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths"
-            )
-        if not Path(text).is_dir():
-            raise FileNotFoundError(f"no Frames folder at {text!r}")
+    if root.is_local and not Path(root.url).is_dir():
+        raise FileNotFoundError(f"no Frames folder at {text!r}")
     frames = {}
     for name in FRAME_NAMES:
-        target = f"{text.rstrip('/')}/{name}.parquet"
-        if not _is_url(text) and not Path(target).exists():
+        target = root.path(f"{name}.parquet")
+        if root.is_local and not Path(target).exists():
             continue
         try:
-            frames[name] = _restore_dtypes(pl.read_parquet(target, storage_options=dict(storage_options or {}) or None))
+            frames[name] = _restore_dtypes(pl.read_parquet(target, storage_options=root.options()))
         except FileNotFoundError:
             continue
     if not frames:
-        if not _is_url(text):
-            if any((Path(text) / name / "_delta_log").is_dir() for name in FRAME_NAMES):
+        if root.is_local:
+            folder = Path(root.url)
+            if any((folder / name / "_delta_log").is_dir() for name in FRAME_NAMES):
                 raise ValueError(
                     f"{text!r} is a history (Delta tables, written by collect): read it with "
                     f"defilens.scan({text!r}, 'indicators'); defilens.read reads a folder written by Frames.write"
                 )
             suffixes = {f".{name}" for name in FORMATS} - {".parquet"}
-            written = sorted({p.suffix for p in Path(text).iterdir() if p.stem in FRAME_NAMES} & suffixes)
+            written = sorted({p.suffix for p in folder.iterdir() if p.stem in FRAME_NAMES} & suffixes)
             if written:
                 raise ValueError(
                     f"{text!r} holds frames written as {', '.join(s.lstrip('.') for s in written)}, which defilens.read "

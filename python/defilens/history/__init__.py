@@ -16,6 +16,23 @@ from ._scan import scan, versions
 from ._settings import settings
 from ._tables import RAW, TABLES
 
+# isort: split
+# What `defilens.research` reads a history by (and keeps its audit's day summaries with): the
+# history's names for the research layer, not part of the user's API (not in __all__).
+from ._layout import AUDIT_CACHE as AUDIT_CACHE
+from ._layout import State as State
+from ._layout import state as state
+from ._scan import history_cut as history_cut
+from ._scan import history_cut_at as history_cut_at
+from ._scan import load_ours as load_ours
+from ._scan import open_for_reading as open_for_reading
+from ._scan import scan_table as scan_table
+from ._settings import runs as runs
+from ._tables import PARTITION as PARTITION
+from ._tables import append_table as append_table
+from ._tables import read_table as read_table
+from ._tables import restore as restore
+
 __all__ = [
     "collect",
     "scan",

@@ -17,11 +17,12 @@ from .._duration import parse_every
 from .._exceptions import DefiLensWarning
 from .._progress import ProgressCallback, progress_callback
 from .._stack import stacklevel_outside
+from .._storage import PathLike, Root
 from ._info import INFO, new_changes
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
 from ._liveness import Running, check_collector_id, collector_running
-from ._root import PathLike, Root, check_writable, require_history, root_of
+from ._root import check_writable_root, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._settings import check_universe, collector_settings
 from ._spool import Spool
@@ -217,7 +218,7 @@ def prepare(out: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root
     nothing but a defilens history."""
     require_history()
     root = root_of(out, storage_options)
-    check_writable(root)
+    check_writable_root(root)
     check_writable_layout(root)
     return root
 

@@ -15,11 +15,12 @@ import polars as pl
 
 from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
-from ._layout import State, states
+from .._storage import PathLike, Root, one_line, require
+from ._layout import SORTED, State, states
 from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
 from ._retained import kept_for_time_travel
-from ._root import PathLike, Root, require, require_history, root_of
-from ._tables import PARTITION, TABLES, check_ours, load, one_line
+from ._root import require_history, root_of
+from ._tables import PARTITION, TABLES, check_ours, load
 
 #: How long time travel reaches back unless the caller says otherwise.
 DEFAULT_RETENTION = dt.timedelta(days=7)
@@ -32,8 +33,6 @@ CLOSED_AFTER = dt.timedelta(hours=1)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Small files are packed into files of about this size.
 DEFAULT_TARGET_SIZE = 128 << 20
-#: Where compaction remembers the days it has sorted (Delta ignores folders starting with "_").
-SORTED = "_defilens/sorted"
 #: How often a compaction tries its fence on a table while collectors' appends keep landing first.
 FENCE_ATTEMPTS = 5
 
@@ -140,7 +139,7 @@ def compact(
     for name in TABLES:
         table = load(root, name) if found[name] is State.DELTA else None
         if table is not None:  # another dataset's table is not ours to rewrite
-            check_ours(table, name, root.table(name), "compact only a defilens history: move that table away")
+            check_ours(table, name, root.path(name), "compact only a defilens history: move that table away")
     with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
         report = _compact(root, found, lease, retention_span, sort, budget, target, now)
     report.update(kept_for_time_travel(root))
@@ -181,7 +180,7 @@ def _checked(root: Root, name: str, lease: Lease, table: Any = None, *, current:
     elif current:
         table = _fresh(root, name, table)
     if table is None:
-        raise HistoryError(f"the table {root.table(name)!r} disappeared during its compaction; run it again")
+        raise HistoryError(f"the table {root.path(name)!r} disappeared during its compaction; run it again")
     if table.metadata().configuration.get(FENCE) != lease.token:
         raise took_over(root)
     return table
@@ -194,7 +193,7 @@ def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> Hi
     if table is not None and table.metadata().configuration.get(FENCE) != lease.token:
         return took_over(root)
     return HistoryError(
-        f"compaction of {root.table(name)!r} conflicted with another writer ({one_line(error)}); nothing was lost: "
+        f"compaction of {root.path(name)!r} conflicted with another writer ({one_line(error)}); nothing was lost: "
         "run it again"
     )
 
@@ -277,7 +276,7 @@ def _compact(
         except deltalake.exceptions.CommitFailedError as error:
             raise _conflicted(root, name, lease, error) from None
         except (OSError, deltalake.exceptions.DeltaError) as error:
-            raise HistoryError(f"could not compact {root.table(name)!r}: {one_line(error)}") from None
+            raise HistoryError(f"could not compact {root.path(name)!r}: {one_line(error)}") from None
     return report
 
 
@@ -322,7 +321,7 @@ def pack_closed_days(root: Root, now: dt.datetime) -> Dict[str, int]:
                 raise _conflicted(root, name, lease, error) from None
             except (OSError, deltalake.exceptions.DeltaError) as error:
                 raise HistoryError(
-                    f"could not pack the closed days of {root.table(name)!r}: {one_line(error)}"
+                    f"could not pack the closed days of {root.path(name)!r}: {one_line(error)}"
                 ) from None
     return report
 
@@ -363,7 +362,7 @@ def clean_log_behind(root: Root, name: str, previous: Optional[int]) -> None:
         return
     deltalake = require("deltalake")
     try:
-        behind = deltalake.DeltaTable(root.table(name), version=previous, storage_options=root.options())
+        behind = deltalake.DeltaTable(root.path(name), version=previous, storage_options=root.options())
     except (OSError, deltalake.exceptions.DeltaError):
         return  # that checkpoint is gone already (a collector's own cleanup): cleaned next time
     behind.cleanup_metadata()

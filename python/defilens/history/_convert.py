@@ -37,11 +37,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._storage import PathLike, Root, one_line, require
 from ._info import keep_changes_only
 from ._layout import CONVERTING, State, check_tables, state, states
 from ._lock import Busy, compaction_lock
-from ._root import PathLike, Root, require, require_history, root_of
-from ._tables import PARTITION, TABLES, commit, create, frame_schema, load, one_line
+from ._root import require_history, root_of
+from ._tables import PARTITION, TABLES, commit, create, frame_schema, load
 
 #: The app id of the commits that rewrite the old files during conversion.
 CONVERT_APP = "defilens-convert"
@@ -154,7 +155,7 @@ def _list_old(root: Root, name: str) -> "Tuple[List[Tuple[str, str, int]], List[
                 else:
                     files.append((match.group(1), relative, int(meta["size"])))
     except Exception as error:  # obstore's errors, OSError
-        raise HistoryError(f"cannot list {root.table(name)!r}: {one_line(error)}") from None
+        raise HistoryError(f"cannot list {root.path(name)!r}: {one_line(error)}") from None
     return sorted(files), problems
 
 
@@ -325,7 +326,7 @@ def _row_hashes(frame: pl.LazyFrame, schema: Mapping[str, pl.DataType]) -> pl.La
 def _check(root: Root, name: str, batches: List[Batch]) -> int:
     """Compares every row of the table with the rows of its old files (a hash of each row in the
     table's types), and returns the number of rows."""
-    uri = root.table(name)
+    uri = root.path(name)
     table = pl.scan_delta(root.open_table(name))  # file URIs polars can open under any folder name
     schema = table.collect_schema()
     got = _row_hashes(table, schema).collect(engine="streaming").get_column("row").sort()
@@ -436,12 +437,12 @@ def _convert_tables(root: Root, manifest: Dict[str, Any]) -> Dict[str, Any]:
             raise
         except (OSError, ValueError, pl.exceptions.PolarsError) as error:
             raise HistoryError(
-                f"could not convert {root.table(name)!r}: {one_line(error)} (run convert again to resume)"
+                f"could not convert {root.path(name)!r}: {one_line(error)} (run convert again to resume)"
             ) from None
         except Exception as error:
             if _delta_error(error):
                 raise HistoryError(
-                    f"could not convert {root.table(name)!r}: {one_line(error)} (run convert again to resume)"
+                    f"could not convert {root.path(name)!r}: {one_line(error)} (run convert again to resume)"
                 ) from None
             raise
     try:
@@ -469,11 +470,11 @@ def _info_changes_only(root: Root) -> Dict[str, Any]:
     except Busy:
         raise HistoryError(f"a compaction of {root.url!r} is running: run convert again when it has finished") from None
     except (OSError, pl.exceptions.PolarsError) as error:
-        raise HistoryError(f"could not rewrite {root.table('info')!r}: {one_line(error)} (run convert again)") from None
+        raise HistoryError(f"could not rewrite {root.path('info')!r}: {one_line(error)} (run convert again)") from None
     except Exception as error:
         if _delta_error(error):
             raise HistoryError(
-                f"could not rewrite {root.table('info')!r}: {one_line(error)} (run convert again)"
+                f"could not rewrite {root.path('info')!r}: {one_line(error)} (run convert again)"
             ) from None
         raise
     return {

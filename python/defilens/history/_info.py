@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import polars as pl
 
-from ._root import Root, require
+from .._storage import Root, require
 from ._tables import FETCHED_AT, PARTITION, frame_schema, load, restore, to_disk
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
+from .._storage import Root, require
 from ._layout import ready
-from ._root import Root, require
 from ._tables import check_ours
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class KeptTables:
         """The table ``name`` up to date and checked for a commit, or None when there is none yet."""
         table = self._updated(name) if root is self.root else None
         if table is not None:
-            check_ours(table, name, root.table(name))
+            check_ours(table, name, root.path(name))
             return table
         table = ready(root, name)
         if table is not None and root is self.root:

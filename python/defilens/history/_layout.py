@@ -1,5 +1,5 @@
-"""What a root holds at each table's path: a Delta table, nothing, a folder of the Hive-Parquet
-layout of earlier versions, or files of somebody else's."""
+"""What a root holds: the one list of its paths (below), and at each table's path a Delta table,
+nothing, a folder of the Hive-Parquet layout of earlier versions, or files of somebody else's."""
 
 from __future__ import annotations
 
@@ -11,15 +11,35 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .._exceptions import HistoryError
-from ._root import Root, require
-from ._tables import TABLES, check_ours, load, one_line
+from .._storage import Root, one_line, require
+from ._tables import TABLES, check_ours, load
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-DELTA_LOG = "_delta_log"
+# What a root holds besides its tables (`TABLES`, one Delta table each, at its name): the only
+# place these paths are written. Delta and the other engines skip folders starting with "_".
+
+#: The spool: rounds written ahead of their commits, one object each (`_spool`).
+SPOOL = "_spool"
+#: Where spool entries that cannot be read as a round of this version are moved, their names kept.
+SET_ASIDE = "_spool/set_aside"
+#: A running collector's hold: a locked file locally, a lease object in object storage (`_liveness`).
+COLLECTORS = "_defilens/collectors"
+#: The compaction lock (`_lock`): a locked file locally, a lease object in object storage.
+COMPACTION_LOCK = "_defilens/compaction.lock"
+#: An empty object a compaction writes to read the store's clock (its last-modified time).
+COMPACTION_CLOCK = "_defilens/compaction.clock"
 #: Present while `convert` is turning an old layout into tables (and after it was interrupted).
 CONVERTING = "_defilens/converting"
+#: Where compaction remembers the days it has sorted (`_compact`).
+SORTED = "_defilens/sorted"
+#: The audit's day summaries (`defilens.research`), Delta tables by the version of what they hold
+#: (a new version summarizes every day again; the old folder can go).
+AUDIT_CACHE = "_audit/v2"
+
+#: A Delta table's log, in its folder.
+DELTA_LOG = "_delta_log"
 
 
 class State(enum.Enum):
@@ -141,11 +161,11 @@ def ready(root: Root, name: str) -> "Optional[DeltaTable]":
         # Nothing there, or a log without a first commit (a creation cut short): the commit creates it.
         return None
     try:
-        check_ours(table, name, root.table(name))
+        check_ours(table, name, root.path(name))
     except HistoryError as error:
         raise HistoryError(f"{error} (nothing was written)") from None
     if root.is_local:
-        check_writable_table(root.table(name), str(table.metadata().id))
+        check_writable_table(root.path(name), str(table.metadata().id))
     return table
 
 

@@ -28,10 +28,9 @@ import uuid
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .._exceptions import HistoryError
-from ._root import Root, require
-from ._tables import one_line
+from .._storage import Root, one_line, require
+from ._layout import COLLECTORS
 
-COLLECTORS = "_defilens/collectors"
 #: How long a collector's lease in object storage lasts without renewal.
 LEASE = dt.timedelta(seconds=60)
 

@@ -37,11 +37,9 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from .._exceptions import HistoryError
-from ._root import Root, require
+from .._storage import Root, require
+from ._layout import COMPACTION_CLOCK, COMPACTION_LOCK
 
-LOCK = "_defilens/compaction.lock"
-#: An empty object a compaction writes to read the store's clock (its last-modified time).
-CLOCK = "_defilens/compaction.clock"
 #: How long a lease in object storage lasts after its object was last written (store's clock).
 LEASE = dt.timedelta(minutes=10)
 #: The table property each compaction sets first on each table: its epoch and holder.
@@ -154,7 +152,7 @@ class _FileLease(Lease):
 def _file_lock(root: Root, floor: Callable[[], int]) -> Iterator[Lease]:
     import fcntl
 
-    path = os.path.join(root.url, LOCK)
+    path = os.path.join(root.url, COMPACTION_LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a+") as handle:
         try:
@@ -181,7 +179,7 @@ def _e_tag(result: Any) -> Optional[str]:
 
 def _put(store: Any, body: bytes, mode: Any) -> Any:
     """Writes the lease object (``mode``: "create", or the e-tag it must still have)."""
-    return require("obstore").put(store, LOCK, body, mode=mode)
+    return require("obstore").put(store, COMPACTION_LOCK, body, mode=mode)
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:
@@ -191,8 +189,8 @@ def _utc(moment: dt.datetime) -> dt.datetime:
 def _store_now(store: Any) -> dt.datetime:
     """The store's clock: the last-modified time of an object written just now."""
     obstore = require("obstore")
-    obstore.put(store, CLOCK, b"")
-    return _utc(obstore.head(store, CLOCK)["last_modified"])
+    obstore.put(store, COMPACTION_CLOCK, b"")
+    return _utc(obstore.head(store, COMPACTION_CLOCK)["last_modified"])
 
 
 class _StoreLease(Lease):
@@ -239,7 +237,7 @@ class _StoreLease(Lease):
             if idle > LEASE.total_seconds() / 2:
                 raise lost(self.root, f"not renewed for {idle:.0f} s")
             try:
-                current = require("obstore").head(self.store, LOCK)["e_tag"]
+                current = require("obstore").head(self.store, COMPACTION_LOCK)["e_tag"]
             except Exception as error:  # obstore's errors, OSError
                 raise lost(self.root, f"it could not be read: {one_line(error)}") from None
             if current != self.e_tag:
@@ -272,7 +270,9 @@ def _store_lease(root: Root, floor: Callable[[], int]) -> Iterator[Lease]:
     except HistoryError:
         raise
     except Exception as error:  # obstore's errors, OSError
-        raise HistoryError(f"cannot take the compaction lease at {root.url}/{LOCK}: {one_line(error)}") from None
+        raise HistoryError(
+            f"cannot take the compaction lease at {root.url}/{COMPACTION_LOCK}: {one_line(error)}"
+        ) from None
     lease.thread.start()
     try:
         yield lease
@@ -286,7 +286,7 @@ def _take_over(root: Root, store: Any, holder: str, floor: Callable[[], int]) ->
     obstore = require("obstore")
     errors = require("obstore.exceptions")
     try:
-        current = obstore.get(store, LOCK)
+        current = obstore.get(store, COMPACTION_LOCK)
     except FileNotFoundError:
         return None
     meta = current.meta

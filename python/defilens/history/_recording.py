@@ -9,8 +9,9 @@ from typing import Any, Mapping, Optional, Tuple
 import polars as pl
 
 from .._frames import BODIES_SCHEMA
+from .._storage import PathLike, locate
 from ._layout import State, state
-from ._root import PathLike, root_of
+from ._root import root_of
 from ._scan import open_for_reading, scan_table
 from ._tables import RAW
 
@@ -19,7 +20,8 @@ Recording = Tuple["list[str]", "list[str]", "list[int]", "list[bytes]", int]
 
 
 def _bodies(path: PathLike, storage_options: Optional[Mapping[str, Any]]) -> pl.DataFrame:
-    source = Path(path) if "://" not in str(path) else None
+    located = locate(path, storage_options, empty="the recording is empty: give raw.parquet, its folder or a history")
+    source = Path(located.url) if located.is_local else None
     if source is not None and source.is_file():
         return pl.read_parquet(source)
     if source is not None and (source / "raw.parquet").is_file():

@@ -15,8 +15,8 @@ import polars as pl
 from .._exceptions import DefiLensWarning
 from .._frames import BODIES_SCHEMA, Frames
 from .._stack import stacklevel_outside
+from .._storage import PathLike
 from ._info import INFO, changes_only
-from ._root import PathLike
 from ._rounds import Round, empty_table, tables_of
 from ._scan import AsOf, open_for_reading, scan_table
 from ._tables import PARTITION, RAW, TABLES, frame_schema, to_disk

@@ -8,8 +8,8 @@ from typing import Dict
 
 import polars as pl
 
+from .._storage import Root, require
 from ._layout import DELTA_LOG
-from ._root import Root, require
 from ._tables import TABLES, load
 
 

@@ -23,10 +23,11 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from .._names import did_you_mean
+from .._storage import PathLike, Root, one_line, require
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
-from ._root import PathLike, Root, require, require_history, root_of
+from ._root import require_history, root_of
 from ._rounds import empty_table
-from ._tables import RAW, TABLES, check_ours, frame_schema, load, one_line, restore
+from ._tables import RAW, TABLES, check_ours, frame_schema, load, restore
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -106,7 +107,7 @@ def load_ours(root: Root, name: str) -> "Optional[DeltaTable]":
     its path is refused (`check_ours`), never read as if it were the frame."""
     table = load(root, name)
     if table is not None:
-        check_ours(table, name, root.table(name), READER_ADVICE)
+        check_ours(table, name, root.path(name), READER_ADVICE)
     return table
 
 
@@ -126,7 +127,7 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
     if found is State.OLD_LAYOUT:
         raise HistoryError(convert_hint(root))
     if found is State.FOREIGN:
-        raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
+        raise HistoryError(f"{root.path(name)!r} is not a Delta table of a defilens history")
     table = load_ours(root, name)
     if table is None:
         return empty_table(name).lazy()
@@ -136,10 +137,10 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
         scanned = pl.scan_delta(table)
         lazy = restore(scanned.filter(*where) if where else scanned)
     except (OSError, ValueError, pl.exceptions.PolarsError) as error:
-        raise HistoryError(f"cannot read {root.table(name)!r}{_when(as_of)}: {one_line(error)}") from None
+        raise HistoryError(f"cannot read {root.path(name)!r}{_when(as_of)}: {one_line(error)}") from None
     except Exception as error:  # deltalake's own errors
         if type(error).__module__.startswith("deltalake") or "Delta" in type(error).__name__:
-            raise HistoryError(f"cannot read {root.table(name)!r}{_when(as_of)}: {one_line(error)}") from None
+            raise HistoryError(f"cannot read {root.path(name)!r}{_when(as_of)}: {one_line(error)}") from None
         raise
     return lazy
 
@@ -170,7 +171,7 @@ def commits(root: Root, name: str, table: "DeltaTable") -> List[Commit]:
     try:
         entries = table.history()
     except (OSError, deltalake.exceptions.DeltaError) as error:
-        raise HistoryError(f"cannot read the log of {root.table(name)!r}: {one_line(error)}") from None
+        raise HistoryError(f"cannot read the log of {root.path(name)!r}: {one_line(error)}") from None
     if not entries:
         # delta-rs 1.6 lists no history at all for a table under a folder whose name has a '#'.
         entries = _history_from_log(root, name)
@@ -207,7 +208,7 @@ def _history_from_log(root: Root, name: str) -> "List[Dict[str, Any]]":
     except FileNotFoundError:
         return []
     except Exception as error:  # obstore's errors, OSError, a commit that is not JSON
-        raise HistoryError(f"cannot read the log of {root.table(name)!r}: {one_line(error)}") from None
+        raise HistoryError(f"cannot read the log of {root.path(name)!r}: {one_line(error)}") from None
     return entries
 
 
@@ -222,7 +223,7 @@ def oldest_kept(root: Root, name: str, history: List[Commit]) -> Commit:
         except HistoryError:
             continue
         return commit
-    raise HistoryError(f"the log of {root.table(name)!r} holds no version that can be loaded")
+    raise HistoryError(f"the log of {root.path(name)!r} holds no version that can be loaded")
 
 
 def _created(table: "DeltaTable") -> Optional[dt.datetime]:
@@ -242,7 +243,7 @@ def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime,
     """``table`` at ``as_of`` (a table version, or a moment: the newest version whose commit and
     every commit before it were made at or before it), or `HistoryError` saying how far time
     travel reaches."""
-    uri = root.table(name)
+    uri = root.path(name)
     newest = table.version()
     if isinstance(as_of, int):
         if as_of > newest:
@@ -364,7 +365,7 @@ def versions(
     rows: "List[Dict[str, Any]]" = []
     found = state(root, name)
     if found is State.FOREIGN:
-        raise HistoryError(f"{root.table(name)!r} is not a Delta table of a defilens history")
+        raise HistoryError(f"{root.path(name)!r} is not a Delta table of a defilens history")
     table = load_ours(root, name) if found is State.DELTA else None
     if table is not None:
         history = commits(root, name, table)

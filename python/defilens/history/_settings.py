@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 import polars as pl
 
 from .._core import __version__
-from ._root import PathLike, Root
+from .._storage import PathLike, Root
 from ._rounds import SETTINGS_KEY
 from ._scan import commits, open_for_reading
 from ._tables import load

@@ -18,18 +18,14 @@ from .._core import empty_frames
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import BODIES_SCHEMA
 from .._stack import stacklevel_outside
-from ._root import Root, require
+from .._storage import Root, one_line, require
+from ._layout import SET_ASIDE, SPOOL
 from ._rounds import Round
-from ._tables import one_line
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
-#: The spool's folder under the root (Delta and other engines skip folders starting with "_").
-SPOOL = "_spool"
 SUFFIX = ".round"
-#: Where spool entries that cannot be read as a round of this version are moved, their names kept.
-SET_ASIDE = f"{SPOOL}/set_aside"
 
 
 def key(app_id: str, number: int) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
@@ -23,8 +22,8 @@ from .. import _waiting
 from .._core import FRAME_NAMES, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, INTERVAL
+from .._storage import Root, one_line, require
 from ._panics import quiet_panics
-from ._root import Root, require
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -146,34 +145,35 @@ def load(root: Root, name: str, version: Optional[int] = None) -> "Optional[Delt
             # table's newer state is there, load that.
             if attempt + 1 < LOAD_ATTEMPTS and _vanished(error):
                 continue
-            raise HistoryError(f"cannot read the table {root.table(name)!r}: {one_line(error)}") from None
+            raise HistoryError(f"cannot read the table {root.path(name)!r}: {one_line(error)}") from None
     if version is not None:
         try:
             table.load_as_version(version)
         except (OSError, ValueError, deltalake.exceptions.DeltaError) as error:
-            raise HistoryError(f"cannot load version {version} of {root.table(name)!r}: {one_line(error)}") from None
+            raise HistoryError(f"cannot load version {version} of {root.path(name)!r}: {one_line(error)}") from None
     return table
+
+
+def read_table(root: Root, name: str) -> Optional[pl.LazyFrame]:
+    """The Delta table at ``name`` under ``root`` (a table of the history, or one beside it such
+    as the audit's) as the frames have its columns (`restore`), or None when there is none."""
+    table = load(root, name)
+    return None if table is None else restore(pl.scan_delta(table))
+
+
+def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
+    """Appends ``frame`` to the Delta table at ``name`` under ``root`` (created by the first
+    append, with the history's table properties). For tables beside the history, such as the
+    audit's; a round is committed to the history's own tables by `commit_round`."""
+    require("deltalake").write_deltalake(
+        root.path(name), to_disk(frame), mode="append", storage_options=root.options(), configuration=TABLE_PROPERTIES
+    )
 
 
 def _vanished(error: BaseException) -> bool:
     """Whether ``error`` says a log entry or checkpoint the snapshot listed is gone (log cleanup)."""
     text = str(error)
     return "_delta_log" in text and "not found" in text.lower()
-
-
-#: Terminal escapes (colours, styles) that object_store's messages may carry.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-
-
-def one_line(error: BaseException, limit: Optional[int] = 400) -> str:
-    """An error's message on one line, without terminal escapes."""
-    # obstore appends a Debug dump of the error after the message: the message is enough.
-    text = _ESCAPES.sub("", str(error)).split("Debug source:", 1)[0]
-    # Its error chain comes as "outer ↳ inner" (the arrow coloured): as a sentence, "outer: inner".
-    text = " ".join(re.sub(r"\s*↳\s*", ": ", text).split())
-    if not text:
-        return type(error).__name__
-    return text[:limit] if limit else text
 
 
 def _types(schema: Any) -> Dict[str, Any]:
@@ -281,7 +281,7 @@ def commit(
     """
     deltalake = require("deltalake")
     data = to_disk(frame)
-    uri = root.table(name)
+    uri = root.path(name)
     delay = COMMIT_BACKOFF[0]
     last_error: Optional[BaseException] = None
     for _ in range(COMMIT_ATTEMPTS):
@@ -334,7 +334,7 @@ def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
     that creates a table (an app transaction in a creating commit would not guard its round), and
     the creating commit is never an append to a table that is there already, ours or not."""
     deltalake = require("deltalake")
-    uri = root.table(name)
+    uri = root.path(name)
     try:
         deltalake.write_deltalake(
             uri,
@@ -361,7 +361,7 @@ def loaded_and_ours(root: Root, name: str) -> "Optional[DeltaTable]":
     """The table ``name`` loaded and found ours (`check_ours`), or None when there is none yet."""
     table = load(root, name)
     if table is not None:
-        check_ours(table, name, root.table(name))
+        check_ours(table, name, root.path(name))
     return table
 
 
@@ -414,7 +414,7 @@ def commit_round(
             first_error = first_error or error
         except BaseException as error:  # pyo3's PanicException: a panic inside delta-rs
             first_error = first_error or HistoryError(
-                f"could not commit to {root.table(name)!r}: delta-rs failed ({one_line(error)}; the round waits in the "
+                f"could not commit to {root.path(name)!r}: delta-rs failed ({one_line(error)}; the round waits in the "
                 "spool and the next collect commits it)"
             )
     if first_error is not None:

@@ -9,10 +9,10 @@ import datetime as dt
 from typing import Dict, Optional
 
 from .._exceptions import HistoryError
+from .._storage import Root, one_line, require
 from ._compact import CLOSED_AFTER, clean_log_behind, last_checkpoint, pack_closed_days
 from ._lock import Busy
-from ._root import Root, require
-from ._tables import TABLES, one_line
+from ._tables import TABLES
 
 #: Every how many rounds a collector cleans its tables' logs (`LogKeeper`).
 TIDY_EVERY = 100

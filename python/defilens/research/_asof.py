@@ -12,9 +12,8 @@ import polars as pl
 from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import INTERVAL
 from .._stack import stacklevel_outside
-from ..history._layout import State, state
-from ..history._root import PathLike
-from ..history._scan import open_for_reading, scan_table
+from .._storage import PathLike
+from ..history import State, open_for_reading, scan_table, state
 from ._membership import within
 from ._panel import _CLOSE, closes, panel_of
 from ._scope import CATALOGUE, Names, Scope, candle_times, scope_of

@@ -9,9 +9,9 @@ from typing import Any, List, Mapping, Optional, Tuple
 import polars as pl
 
 from .._exceptions import HistoryError
+from .._storage import PathLike, Root
 from .._text import with_separators
-from ..history._root import PathLike, Root
-from ..history._scan import history_cut, open_for_reading, scan_table
+from ..history import history_cut, open_for_reading, scan_table
 from ._cadence import CADENCE_SCHEMA, Expect, cadence_of, describe, expectations, missed_closes
 from ._day_summaries import day_summaries, gaps_of, step
 from ._panel import VALUE_COLUMNS, per_candle

@@ -20,8 +20,8 @@ import polars as pl
 
 from .._core import INTERVAL_MS
 from .._duration import parse_every
-from ..history._root import Root
-from ..history._settings import runs
+from .._storage import Root
+from ..history import runs
 from ._scope import CANDLE_INTERVALS, _unknown
 
 #: How much later than its cadence a token's next fetch may come before the rounds between are

@@ -33,16 +33,12 @@ from .._core import INTERVAL_MS
 from .._frames import INTERVAL
 from .._progress import progress_callback
 from .._stack import stacklevel_outside
-from ..history._root import Root, require
-from ..history._scan import load_ours
-from ..history._tables import PARTITION, TABLE_PROPERTIES, one_line, restore, to_disk
+from .._storage import Root, one_line
+from ..history import AUDIT_CACHE, PARTITION, append_table, load_ours, read_table, restore
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-#: The folder under a history's root that holds the audit's day summaries, by the version of
-#: what they hold (a new version summarizes every day again; the old folder can go).
-CACHE = "_audit/v2"
 #: The summaries of a day, in the order they are written (``days`` last: it makes them valid).
 SUMMARIES = ("spans", "gaps", "stale", "candles", "fetches", "blind")
 DAYS = "days"
@@ -270,23 +266,15 @@ def empty() -> Dict[str, pl.DataFrame]:
     }
 
 
-def _table(root: Root, name: str) -> str:
-    return root.table(f"{CACHE}/{name}")
-
-
-def _read(root: Root, name: str) -> Optional[pl.LazyFrame]:
-    deltalake = require("deltalake")
-    try:
-        table = root.open_table(f"{CACHE}/{name}")  # readable by polars under any folder name
-    except deltalake.exceptions.TableNotFoundError:
-        return None
-    return restore(pl.scan_delta(table))
+def _cache(name: str) -> str:
+    """The path under the root of one table of the audit's day summaries."""
+    return f"{AUDIT_CACHE}/{name}"
 
 
 def cached(root: Root, current: pl.DataFrame) -> Tuple[Dict[str, pl.DataFrame], pl.DataFrame]:
     """The kept summaries of the days whose fingerprint is still ``current``'s, and the days of
     ``current`` that have none."""
-    days = _read(root, DAYS)
+    days = read_table(root, _cache(DAYS))
     if days is None:
         return empty(), current
     valid = (
@@ -297,7 +285,7 @@ def cached(root: Root, current: pl.DataFrame) -> Tuple[Dict[str, pl.DataFrame], 
     )
     found = {}
     for name, frame in empty().items():
-        table = _read(root, name)
+        table = read_table(root, _cache(name))
         if table is None or valid.is_empty():
             found[name] = frame
             continue
@@ -312,16 +300,9 @@ def cached(root: Root, current: pl.DataFrame) -> Tuple[Dict[str, pl.DataFrame], 
 
 def keep(root: Root, audit_id: str, days: pl.DataFrame, summaries: Dict[str, pl.DataFrame]) -> None:
     """Appends some days' summaries under ``audit_id``, then the days themselves."""
-    write_deltalake = require("deltalake").write_deltalake
     for name in (*SUMMARIES, DAYS):
         frame = days.select("date", "fingerprint") if name == DAYS else summaries[name]
-        write_deltalake(
-            _table(root, name),
-            to_disk(frame.with_columns(pl.lit(audit_id).alias("audit"))),
-            mode="append",
-            storage_options=root.options(),
-            configuration=TABLE_PROPERTIES,
-        )
+        append_table(root, _cache(name), frame.with_columns(pl.lit(audit_id).alias("audit")))
 
 
 def batches(todo: pl.DataFrame) -> List[List[dt.date]]:
@@ -358,7 +339,7 @@ def day_summaries(root: Root, *, cache: bool, progress: Optional[bool]) -> Dict[
                     keep(root, audit_id, todo.filter(pl.col("date").is_in(dates)), summaries)
                 except Exception as error:  # a read-only bucket, a full disk: the audit itself is still right
                     warnings.warn(
-                        f"the audit's day summaries could not be kept under {_table(root, '')!r} "
+                        f"the audit's day summaries could not be kept under {root.path(AUDIT_CACHE)!r} "
                         f"({one_line(error)}); this audit is complete, the next one summarizes these days "
                         "again (audit(cache=False) does not try)",
                         stacklevel=stacklevel_outside(),

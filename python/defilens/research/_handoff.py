@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 import polars as pl
 
-from ..history._root import PathLike
-from ..history._scan import open_for_reading
+from .._storage import PathLike
+from ..history import open_for_reading
 from ._labels import Horizon, _duration, cadence_of, fetched_prices, with_bars
 
 UTC_MS = pl.Datetime("ms", "UTC")

@@ -19,8 +19,8 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import parse_every
 from .._exceptions import HistoryError
-from ..history._root import PathLike, Root
-from ..history._scan import open_for_reading, scan_table
+from .._storage import PathLike, Root
+from ..history import open_for_reading, scan_table
 from ._membership import within
 from ._scope import CANDLE_INTERVALS, scope_of
 

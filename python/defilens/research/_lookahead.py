@@ -16,8 +16,8 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 import polars as pl
 
 from .._exceptions import HistoryError
-from ..history._root import PathLike
-from ..history._scan import history_cut_at, open_for_reading
+from .._storage import PathLike
+from ..history import history_cut_at, open_for_reading
 from ._labels import fetch_span
 
 UTC_MS = pl.Datetime("ms", "UTC")

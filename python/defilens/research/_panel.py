@@ -13,8 +13,8 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 import polars as pl
 
-from ..history._root import PathLike
-from ..history._scan import open_for_reading, scan_table
+from .._storage import PathLike
+from ..history import open_for_reading, scan_table
 from ._membership import within
 from ._scope import Names, Scope, candle_times, scope_of
 

@@ -10,8 +10,8 @@ from typing import Any, Mapping, Optional
 import polars as pl
 
 from .._core import empty_frames
-from ..history._root import PathLike
-from ..history._scan import open_for_reading, scan_table
+from .._storage import PathLike
+from ..history import open_for_reading, scan_table
 from ._asof import Moments, moments_of
 from ._labels import Horizon, _duration
 from ._membership import UNIVERSE_SCHEMA, UTC_MS, check_universe, member_rows
