@@ -47,8 +47,10 @@ pub(crate) struct DiskCache {
     ttl: Duration,
     max_bytes: u64,
     /// What this process believes the folder holds: measured when opened and at each trim,
-    /// grown by each write; past `max_bytes` the folder is trimmed.
-    bytes: AtomicU64,
+    /// grown by each write; past `max_bytes` the folder is trimmed. Held while an entry is
+    /// renamed into place and counted, and during a trim: a trim then lists every entry this
+    /// process wrote (writers at once left some out, and the folder past its bound).
+    bytes: Mutex<u64>,
     warnings: Mutex<Vec<String>>,
 }
 
@@ -139,8 +141,9 @@ impl DiskCache {
             fs::write(&marker, MARKER_TEXT)
                 .map_err(|e| format!("cannot write in cache_dir {:?}: {e}", dir.display().to_string()))?;
         }
-        let cache = Self { service, ttl, max_bytes, bytes: AtomicU64::new(0), warnings: Mutex::new(Vec::new()) };
-        cache.trim();
+        let cache = Self { service, ttl, max_bytes, bytes: Mutex::new(0), warnings: Mutex::new(Vec::new()) };
+        let measured = cache.trim();
+        *cache.bytes.lock().unwrap_or_else(|p| p.into_inner()) = measured;
         Ok(cache)
     }
 
@@ -193,16 +196,18 @@ impl DiskCache {
             let mut file = fs::File::create(&temporary)?;
             file.write_all(&bytes)?;
             file.sync_all()?;
-            fs::rename(&temporary, &path)?;
             Ok(bytes.len() as u64)
         });
-        match written {
+        let mut held = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        match written.and_then(|size| fs::rename(&temporary, &path).map(|()| size)) {
             Ok(size) => {
-                if self.bytes.fetch_add(size, Ordering::Relaxed) + size > self.max_bytes {
-                    self.trim();
+                *held += size;
+                if *held > self.max_bytes {
+                    *held = self.trim();
                 }
             }
             Err(error) => {
+                drop(held);
                 let _ = fs::remove_file(&temporary);
                 self.warn(format!("could not write the cache entry {} ({error})", path.display()));
             }
@@ -210,11 +215,12 @@ impl DiskCache {
     }
 
     /// Deletes the least recently used entries (of every service in the folder) until the
-    /// folder holds at most `max_bytes`. Only our entries are ever deleted.
-    pub(crate) fn trim(&self) {
-        let Some(dir) = self.service.parent() else { return };
+    /// folder holds at most `max_bytes`, and returns what it holds then. Only our entries are ever
+    /// deleted. Called with `bytes` held, or before the cache is shared.
+    fn trim(&self) -> u64 {
+        let Some(dir) = self.service.parent() else { return 0 };
         let mut entries: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
-        let Ok(services) = fs::read_dir(dir) else { return };
+        let Ok(services) = fs::read_dir(dir) else { return 0 };
         for service in services.flatten() {
             for endpoint in [Endpoint::Listing, Endpoint::Markets] {
                 let Ok(files) = fs::read_dir(service.path().join(endpoint.as_str())) else { continue };
@@ -242,7 +248,7 @@ impl DiskCache {
                 }
             }
         }
-        self.bytes.store(total, Ordering::Relaxed);
+        total
     }
 }
 
@@ -329,5 +335,38 @@ mod tests {
         cache.put(Endpoint::Listing, &long, b"{}", 1);
         assert!(cache.get(Endpoint::Listing, &long, 2).is_some());
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn writers_at_once_keep_the_bound() {
+        // A fetch writes its entries from many tasks at once: a trim that listed the folder
+        // while another write was being renamed into it undercounted, and the folder stayed
+        // past its bound (50,474 bytes for 50,000 in a loaded test run).
+        let bound = 20_000;
+        for round in 0..20 {
+            let dir = folder(&format!("writers-{round}"));
+            let cache = DiskCache::open(&dir, "http://x", Duration::from_secs(60), bound).unwrap();
+            std::thread::scope(|scope| {
+                for writer in 0..8 {
+                    let cache = &cache;
+                    scope.spawn(move || {
+                        let body: Vec<u8> = (0..1500u32)
+                            .map(|i| i.wrapping_mul(2_654_435_761 ^ writer))
+                            .flat_map(u32::to_le_bytes)
+                            .collect();
+                        for i in 0..12 {
+                            cache.put(Endpoint::Listing, &format!("w{writer}-{i}"), &body, 1);
+                        }
+                    });
+                }
+            });
+            let on_disk: u64 = fs::read_dir(dir.join(format!("{:016x}", stable_hash(b"http://x"))).join("listing"))
+                .unwrap()
+                .flatten()
+                .map(|f| f.metadata().unwrap().len())
+                .sum();
+            let _ = fs::remove_dir_all(&dir);
+            assert!(on_disk <= bound, "round {round}: {on_disk} bytes for a bound of {bound}");
+        }
     }
 }
