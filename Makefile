@@ -30,8 +30,8 @@ test-rust:          ## no Python needed (dev profile: faster to build, overflow 
 test-rust-on-wheel-build: install-test  ## the Rust tests on the dependencies the wheel's build compiled (CI's way: polars compiled once)
 	.ci/rust-tests-on-wheel-build $(PY)
 
-test-python: install-test
-	$(VENV)/bin/pytest
+test-python: install-test  ## every test, on every core, as .ci/run and the README run it
+	$(VENV)/bin/pytest -n auto --dist loadfile
 
 test-fast: install-test  ## the inner loop: pytest without the tests marked slow (crash, soak, Spark, notebook runs), on both cores
 	$(VENV)/bin/pytest -q -m "not slow" -n 2
