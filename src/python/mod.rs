@@ -51,6 +51,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|(frame, name, intervals)| (frame, name, intervals.to_vec()))
         .collect();
     m.add("FAMILY_INTERVALS", families)?;
+    m.add("INDICATOR_KINDS", crate::model::indicators::KINDS.to_vec())?;
+    m.add("INDICATOR_RECIPES", ta::recipes(m.py())?)?;
     m.add_class::<client::Engine>()?;
     m.add_class::<client::BoundClock>()?;
     m.add_class::<client::FetchJob>()?;

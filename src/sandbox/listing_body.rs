@@ -4,14 +4,15 @@
 use std::fmt::Write;
 
 use super::data::*;
-use super::market::indicators::{bollinger, macd, rsi, sma};
 use super::market::patterns::{detect, Detected};
 use super::market::ranking::market_cap_rank;
 use super::market::universe::TOTAL_MARKET_CAP;
 use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
 use super::random::Rng;
 use super::repaint::provisional_close_factor;
+use crate::model::indicators::{Reported, RECIPES};
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
+use crate::ta;
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
@@ -219,19 +220,16 @@ fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
                 *last *= provisional_close_factor(seed, token, at);
             }
         }
-        for period in [7, 14, 25] {
-            number(o, &format!("rsi{period}_{interval}"), rsi(&closes, period));
+        for recipe in RECIPES {
+            let value = ta::last(recipe, &closes);
+            let key = format!("{}_{interval}", recipe.family);
+            match recipe.reported {
+                Reported::Number => number(o, &key, value.unwrap_or(f64::NAN)),
+                Reported::Sign { above, below } => {
+                    let _ = write!(o, "\"{key}\":\"{}\",", if value.is_some_and(|v| v > 0.0) { above } else { below });
+                }
+            }
         }
-        // `middle_bband` is `sma20` by definition: one number, written twice.
-        let bands = bollinger(&closes, 20, 2.0);
-        number(o, &format!("sma5_{interval}"), sma(&closes, 5));
-        number(o, &format!("sma20_{interval}"), bands.middle);
-        number(o, &format!("sma100_{interval}"), sma(&closes, 100));
-        number(o, &format!("upper_bband_{interval}"), bands.upper);
-        number(o, &format!("middle_bband_{interval}"), bands.middle);
-        number(o, &format!("lower_bband_{interval}"), bands.lower);
-        let above = macd(&closes, 12, 26, 9).is_some_and(|(line, signal)| line > signal);
-        let _ = write!(o, "\"macd_{interval}\":\"{}\",", if above { "Cross Above" } else { "Cross Below" });
         let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
         let found = patterns_of(interval);
         pattern_fields(
