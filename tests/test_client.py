@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import urllib.parse
+from typing import Optional
 
 import polars as pl
 import pytest
@@ -170,6 +171,17 @@ def test_rate_limit_error_carries_retry_after(scripted) -> None:
         client.token("bitcoin", markets=False)
     assert info.value.retry_after == 0.0
     assert len(server.seen) == 2
+
+
+@pytest.mark.parametrize("status, carried", [(429, 0.0), (503, 0.0), (500, None), (502, None)])
+def test_retry_after_is_read_and_exposed_by_one_rule(scripted, status: int, carried: Optional[float]) -> None:
+    """429 and 503 carry `Retry-After` (RFC 9110, RFC 6585): the client waits for it and the error
+    exposes it (`APIError.retry_after`); on another status the header means nothing."""
+    server = scripted(lambda seen, n: Reply(status, "{}", {"Retry-After": "0"}))
+    client = defilens.Client(base_url=server.url, max_retries=1, **FAST)
+    with pytest.raises(defilens.APIError) as info:
+        client.token("bitcoin", markets=False)
+    assert info.value.status == status and info.value.retry_after == carried
 
 
 def test_read_timeout(scripted) -> None:
