@@ -184,6 +184,20 @@ def test_retry_after_is_read_and_exposed_by_one_rule(scripted, status: int, carr
     assert info.value.status == status and info.value.retry_after == carried
 
 
+def test_one_backoff_rule_with_its_jitter() -> None:
+    """Requests and the history's Delta commits wait by the same rule (`client::retry::backoff`):
+    ``first * 2**(attempt-1)`` up to ``maximum``, times a jitter in (0.75, 1]."""
+    from defilens._core import backoff_seconds
+    from defilens.history._tables import COMMIT_BACKOFF
+
+    waits = [[backoff_seconds(attempt, *COMMIT_BACKOFF) for attempt in (1, 2, 3, 10)] for _ in range(50)]
+    for first, second, third, late in waits:
+        assert 0.0375 < first <= 0.05 and 0.075 < second <= 0.1 and 0.15 < third <= 0.2 and 1.5 < late <= 2.0
+    assert len({round(w[0], 12) for w in waits}) > 1, "no jitter"
+    with pytest.raises(ValueError, match="first must be seconds >= 0"):
+        backoff_seconds(1, -1.0, 2.0)
+
+
 def test_read_timeout(scripted) -> None:
     server = scripted(lambda seen, n: Reply(action="stall"))
     client = defilens.Client(base_url=server.url, timeout=0.3, max_retries=1, **FAST)

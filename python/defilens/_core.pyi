@@ -30,6 +30,7 @@ __all__ = [
     "parse_markets",
     "parse_many",
     "parse_duration",
+    "backoff_seconds",
     "ta_series",
     "parse_token",
     "parse_tokens",
@@ -258,6 +259,10 @@ def parse_many(
 def parse_duration(value: Union[str, float, dt.timedelta], name: str = "every") -> float:
     """A duration as users write it (``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1d"``, seconds,
     or a timedelta) in seconds: positive and finite, else ValueError naming ``name``."""
+
+def backoff_seconds(attempt: int, first: float, maximum: float) -> float:
+    """The wait in seconds after failed try number ``attempt`` (1-based) by the client's one
+    backoff rule: ``first * 2**(attempt-1)`` up to ``maximum``, times a jitter in (0.75, 1]."""
 
 def ta_series(
     kind: str, values: pl.Series, n: int = 14, k: float = 2.0, fast: int = 12, slow: int = 26, signal: int = 9

@@ -10,6 +10,8 @@ mod parsing;
 mod sandbox;
 mod ta;
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyDict};
 
@@ -36,6 +38,19 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyo3(signature = (value, name="every"))]
 fn parse_duration(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     arguments::duration_seconds(name, value)
+}
+
+/// The wait in seconds after failed try number `attempt` (1-based), by the client's backoff rule
+/// (`client::retry::backoff`, jitter included) between `first` and `maximum` seconds: for the
+/// history's commits, which retry in Python.
+#[pyfunction]
+fn backoff_seconds(attempt: u32, first: f64, maximum: f64) -> PyResult<f64> {
+    let seconds = |name: &str, value: f64| {
+        Duration::try_from_secs_f64(value)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("{name} must be seconds >= 0, got {value}")))
+    };
+    let (first, maximum) = (seconds("first", first)?, seconds("maximum", maximum)?);
+    Ok(crate::client::retry::backoff(first, maximum, attempt, crate::client::retry::jitter()).as_secs_f64())
 }
 
 #[pymodule]
@@ -68,6 +83,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::is_loopback, m)?)?;
     m.add_function(wrap_pyfunction!(client::read_cache_folder, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(backoff_seconds, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
     {
