@@ -30,6 +30,7 @@ __all__ = [
     "parse_markets",
     "parse_many",
     "parse_duration",
+    "format_duration",
     "backoff_seconds",
     "ta_series",
     "parse_token",
@@ -259,6 +260,10 @@ def parse_many(
 def parse_duration(value: Union[str, float, dt.timedelta], name: str = "every") -> float:
     """A duration as users write it (``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1d"``, seconds,
     or a timedelta) in seconds: positive and finite, else ValueError naming ``name``."""
+
+def format_duration(value: Union[str, float, dt.timedelta]) -> str:
+    """A duration as the grammar writes it, in its largest whole unit: ``7d``, ``24h`` (one day,
+    as the service's interval), ``90m``, ``45s``, ``250ms``; ValueError unless positive."""
 
 def backoff_seconds(attempt: int, first: float, maximum: float) -> float:
     """The wait in seconds after failed try number ``attempt`` (1-based) by the client's one

@@ -40,6 +40,12 @@ fn parse_duration(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     arguments::duration_seconds(name, value)
 }
 
+/// A duration (as `parse_duration` takes it) as the grammar writes it: `7d`, `90m`, `250ms`.
+#[pyfunction]
+fn format_duration(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(crate::model::duration::format_seconds(arguments::duration_seconds("duration", value)?))
+}
+
 /// The wait in seconds after failed try number `attempt` (1-based), by the client's backoff rule
 /// (`client::retry::backoff`, jitter included) between `first` and `maximum` seconds: for the
 /// history's commits, which retry in Python.
@@ -83,6 +89,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::is_loopback, m)?)?;
     m.add_function(wrap_pyfunction!(client::read_cache_folder, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(format_duration, m)?)?;
     m.add_function(wrap_pyfunction!(backoff_seconds, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
