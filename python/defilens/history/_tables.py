@@ -20,7 +20,7 @@ import polars as pl
 from .. import _waiting
 from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
-from .._frames import BODIES_SCHEMA, INTERVAL
+from .._frames import BODIES_SCHEMA, interval_restored
 from .._storage import Root, one_line, require
 from ._panics import quiet_panics
 
@@ -119,11 +119,9 @@ def to_disk(frame: pl.DataFrame) -> pl.DataFrame:
 def restore(lazy: pl.LazyFrame) -> pl.LazyFrame:
     """A table as the frames have it: ``interval`` as the Enum, timestamps in milliseconds."""
     schema = lazy.collect_schema()
-    casts = []
+    casts = interval_restored(schema)
     for name, dtype in schema.items():
-        if name == "interval" and dtype != INTERVAL:
-            casts.append(pl.col(name).cast(pl.String).cast(INTERVAL))
-        elif isinstance(dtype, pl.Datetime) and dtype != UTC_MS:
+        if isinstance(dtype, pl.Datetime) and dtype != UTC_MS:
             casts.append(pl.col(name).dt.cast_time_unit("ms").dt.replace_time_zone("UTC"))
     return lazy.with_columns(casts) if casts else lazy
 
