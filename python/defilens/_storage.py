@@ -63,7 +63,7 @@ _CLIENT_OPTIONS = {
 #: object_store's retry settings, which obstore takes as a third argument.
 _RETRY_OPTIONS = {"max_retries", "retry_timeout"}
 
-#: The file formats `write_file` writes.
+#: The file formats `write_file` writes (the first is the default of `Frames.write` and the CLI).
 FORMATS = ("parquet", "csv", "ndjson")
 
 
@@ -229,7 +229,8 @@ def missing_parents(root: Root) -> Optional[Path]:
 def check_format(file_format: str) -> None:
     """Refuses a file format `write_file` does not write."""
     if file_format not in FORMATS:
-        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {file_format!r}")
+        known = ", ".join(repr(name) for name in FORMATS[:-1]) + f" or {FORMATS[-1]!r}"
+        raise ValueError(f"format must be {known}, got {file_format!r}")
 
 
 def write_file(frame: pl.DataFrame, root: Root, name: str, file_format: str) -> None:
