@@ -162,6 +162,17 @@ pub const GROUPED_PATTERN_FAMILIES: [&str; 6] = [
     "channel_pattern",
 ];
 
+/// The pattern families as the service writes them: (wire prefix, name in the `patterns` frame,
+/// the intervals the service's reference gives it), in catalogue order. `triple_pattern`, a
+/// spelling the parser accepts too, is not the service's (`tripple_pattern` is).
+pub fn pattern_families() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str; 5])> {
+    PATTERN_FAMILIES.iter().filter(|(wire, _)| *wire != "triple_pattern").map(|(wire, family)| {
+        let intervals =
+            if GROUPED_PATTERN_FAMILIES.contains(wire) { &GROUPED_PATTERN_INTERVALS } else { &INDICATOR_INTERVALS };
+        (*wire, *family, intervals)
+    })
+}
+
 /// Every known family as the frames show it: (frame, name in the frame, the intervals the
 /// service's reference gives it), in catalogue order. Documentation tables and the Sandbox's
 /// bodies are made from this, so neither can disagree with the parser.
@@ -172,14 +183,7 @@ pub fn family_intervals() -> Vec<(&'static str, &'static str, &'static [&'static
         let of_kind = RECIPES.iter().filter(|recipe| FamilyKind::of(recipe) == kind);
         families.extend(of_kind.map(|recipe| (frame, recipe.family, &INDICATOR_INTERVALS)));
     }
-    for (wire, family) in PATTERN_FAMILIES {
-        if *wire == "triple_pattern" {
-            continue; // the same family as the service's `tripple_pattern`
-        }
-        let intervals =
-            if GROUPED_PATTERN_FAMILIES.contains(wire) { &GROUPED_PATTERN_INTERVALS } else { &INDICATOR_INTERVALS };
-        families.push(("patterns", *family, intervals));
-    }
+    families.extend(pattern_families().map(|(_, family, intervals)| ("patterns", family, intervals)));
     families.push(("ta_updated", "updated_at", &INDICATOR_INTERVALS));
     families
 }

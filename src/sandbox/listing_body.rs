@@ -10,6 +10,7 @@ use super::market::universe::TOTAL_MARKET_CAP;
 use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
 use super::random::Rng;
 use super::repaint::provisional_close_factor;
+use crate::model::fields::pattern_families;
 use crate::model::indicators::{Reported, RECIPES};
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
 use crate::ta;
@@ -37,10 +38,12 @@ fn number(out: &mut String, key: &str, value: f64) {
     }
 }
 
-/// Writes `"<family>_<interval>":[names],` for each family.
-fn pattern_fields<const N: usize>(out: &mut String, interval: &str, families: [(&str, &Vec<&str>); N]) {
-    for (family, names) in families {
-        let _ = write!(out, "\"{family}_{interval}\":{},", json_list(names));
+/// Writes `"<wire>_<interval>":[names],` for each pattern family of the catalogue that has
+/// `intervals` (the per-indicator ones, or the grouped chart patterns with 4h).
+fn pattern_fields(out: &mut String, interval: &str, found: &Detected, intervals: &[&str; 5]) {
+    for (wire, family, _) in pattern_families().filter(|(_, _, of)| *of == intervals) {
+        let names = found.of(family).map_or(&[][..], Vec::as_slice);
+        let _ = write!(out, "\"{wire}_{interval}\":{},", json_list(names));
     }
 }
 
@@ -231,34 +234,11 @@ fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
             }
         }
         let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
-        let found = patterns_of(interval);
-        pattern_fields(
-            o,
-            interval,
-            [
-                ("single_pattern", &found.single),
-                ("double_pattern", &found.double),
-                ("tripple_pattern", &found.triple),
-                ("chartpattern", &found.chart),
-                ("candlestick_pattern", &found.summary),
-            ],
-        );
+        pattern_fields(o, interval, patterns_of(interval), &TA_INTERVALS);
     }
 
     for interval in GROUPED_INTERVALS {
-        let found = patterns_of(interval);
-        pattern_fields(
-            o,
-            interval,
-            [
-                ("triangle_pattern", &found.triangle),
-                ("head_shoulder_pattern", &found.head_shoulder),
-                ("multiple_top_bottom_pattern", &found.multiple_top_bottom),
-                ("double_top_bottom_pattern", &found.double_top_bottom),
-                ("wedge_pattern", &found.wedge),
-                ("channel_pattern", &found.channel),
-            ],
-        );
+        pattern_fields(o, interval, patterns_of(interval), &GROUPED_INTERVALS);
     }
     o.pop(); // the comma after the last field
 
@@ -334,6 +314,36 @@ mod tests {
         let revised = info_revised_ms(3, "bitcoin", NOW);
         assert!(revised <= NOW && NOW - revised < INFO_REVISED_EVERY_MS);
         assert_ne!(info_revised_ms(3, "bitcoin", NOW), info_revised_ms(3, "ethereum", NOW));
+    }
+
+    #[test]
+    fn a_body_has_every_family_of_the_catalogue_on_its_intervals_and_nothing_else() {
+        use crate::model::fields::{classify_data_key, family_intervals, DataKey, SuffixedKey};
+        use crate::model::INTERVALS;
+        let body: serde_json::Value = serde_json::from_str(&listing_body(3, "coin-5", NOW)).unwrap();
+        let mut served = Vec::new();
+        for key in body["data"].as_object().unwrap().keys() {
+            match classify_data_key(key) {
+                DataKey::Snapshot(_) => {}
+                DataKey::Suffixed(SuffixedKey::Known { name, interval, .. }) => {
+                    served.push((name, INTERVALS[usize::from(interval.index())]));
+                }
+                DataKey::Suffixed(SuffixedKey::TaUpdated { interval }) => {
+                    served.push(("updated_at", INTERVALS[usize::from(interval.index())]));
+                }
+                other => panic!("the Sandbox serves {key:?}, which the catalogue calls {other:?}"),
+            }
+        }
+        let mut expected: Vec<(&str, &str)> = family_intervals()
+            .into_iter()
+            .flat_map(|(_, name, intervals)| intervals.iter().map(move |interval| (name, *interval)))
+            .collect();
+        served.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(served, expected);
+        for (_, family, _) in pattern_families() {
+            assert!(detect(&[]).of(family).is_some(), "the Sandbox finds no {family} patterns");
+        }
     }
 
     #[test]
