@@ -28,6 +28,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from ._duration import parse_every
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from obstore.store import ObjectStore
@@ -77,13 +79,6 @@ def require(module: str) -> Any:
         raise ImportError(f"a defilens history needs {module.split('.')[0]}: {INSTALL_HINT}") from None
 
 
-def _seconds(text: str) -> float:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
-    if not match:
-        raise ValueError(f"storage option durations look like 30s or 2m, got {text!r}")
-    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
-
-
 @dataclass(frozen=True)
 class Root:
     """A folder or an object-store prefix: ``url`` (a local path, or ``scheme://bucket/prefix``)
@@ -128,7 +123,7 @@ class Root:
                 if bare == "max_retries":
                     retry["max_retries"] = int(value)
                 else:
-                    retry["retry_timeout"] = dt.timedelta(seconds=_seconds(value))
+                    retry["retry_timeout"] = dt.timedelta(seconds=parse_every(str(value), bare))
             else:
                 config[key.lower()] = value
         # object_store reads the store's AWS_* variables itself, but not its client options.
