@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import urllib.parse
+from typing import Optional
 
 import polars as pl
 import pytest
@@ -170,6 +171,31 @@ def test_rate_limit_error_carries_retry_after(scripted) -> None:
         client.token("bitcoin", markets=False)
     assert info.value.retry_after == 0.0
     assert len(server.seen) == 2
+
+
+@pytest.mark.parametrize("status, carried", [(429, 0.0), (503, 0.0), (500, None), (502, None)])
+def test_retry_after_is_read_and_exposed_by_one_rule(scripted, status: int, carried: Optional[float]) -> None:
+    """429 and 503 carry `Retry-After` (RFC 9110, RFC 6585): the client waits for it and the error
+    exposes it (`APIError.retry_after`); on another status the header means nothing."""
+    server = scripted(lambda seen, n: Reply(status, "{}", {"Retry-After": "0"}))
+    client = defilens.Client(base_url=server.url, max_retries=1, **FAST)
+    with pytest.raises(defilens.APIError) as info:
+        client.token("bitcoin", markets=False)
+    assert info.value.status == status and info.value.retry_after == carried
+
+
+def test_one_backoff_rule_with_its_jitter() -> None:
+    """Requests and the history's Delta commits wait by the same rule (`client::retry::backoff`):
+    ``first * 2**(attempt-1)`` up to ``maximum``, times a jitter in (0.75, 1]."""
+    from defilens._core import backoff_seconds
+    from defilens.history._tables import COMMIT_BACKOFF
+
+    waits = [[backoff_seconds(attempt, *COMMIT_BACKOFF) for attempt in (1, 2, 3, 10)] for _ in range(50)]
+    for first, second, third, late in waits:
+        assert 0.0375 < first <= 0.05 and 0.075 < second <= 0.1 and 0.15 < third <= 0.2 and 1.5 < late <= 2.0
+    assert len({round(w[0], 12) for w in waits}) > 1, "no jitter"
+    with pytest.raises(ValueError, match="first must be seconds >= 0"):
+        backoff_seconds(1, -1.0, 2.0)
 
 
 def test_read_timeout(scripted) -> None:

@@ -197,3 +197,13 @@ def test_the_cli_takes_credentials_from_the_environment(bucket: str, s3: Dict[st
     )
     assert run.returncode == 0, run.stderr
     assert defilens.scan(f"{bucket}/env", "snapshot", storage_options=s3).collect().height == 2
+
+
+def test_storage_option_durations_follow_the_one_duration_grammar() -> None:
+    """``retry_timeout`` is read by the core's duration grammar, as every duration a user gives."""
+    from defilens._storage import Root
+
+    for given in ("1d", "1500ms", "2m"):
+        Root("s3://bucket/prefix", {"aws_region": "us-east-1", "retry_timeout": given}).store()
+    with pytest.raises(ValueError, match='retry_timeout must look like 30s, 5m, 1h or 1d, got "2 weeks"'):
+        Root("s3://bucket/prefix", {"aws_region": "us-east-1", "retry_timeout": "2 weeks"}).store()

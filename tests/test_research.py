@@ -4,6 +4,7 @@ indicators as expressions (against TA-Lib), and verify, on the Sandbox's simulat
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,39 @@ def test_verify_agrees_with_the_sandbox_and_catches_a_skewed_value() -> None:
     holed = candles.with_row_index("i").filter(pl.col("i") != middle_1h).drop("i")
     with pytest.raises(ValueError, match="not consecutive"):
         defilens.verify(frames.indicators, holed)
+
+
+def test_every_indicator_family_is_known_served_computed_and_verified() -> None:
+    """One recipe table (`_core.INDICATOR_RECIPES`, `model::indicators` in the core): a family
+    the catalogue knows is served by the Sandbox, computed by `defilens.ta` and checked by
+    `verify`, or this fails."""
+    from defilens._core import FAMILY_INTERVALS, INDICATOR_KINDS, INDICATOR_RECIPES
+
+    catalogue = {frame: {name for f, name, _ in FAMILY_INTERVALS if f == frame} for frame in ("indicators", "signals")}
+    assert set(INDICATOR_RECIPES) == catalogue["indicators"] | catalogue["signals"]
+    numeric = {family for family, recipe in INDICATOR_RECIPES.items() if recipe["text"] is None}
+    assert numeric == catalogue["indicators"]
+    assert set(defilens.ta.__all__) == set(INDICATOR_KINDS) == {r["kind"] for r in INDICATOR_RECIPES.values()}
+    for family, recipe in INDICATOR_RECIPES.items():
+        accepted = inspect.signature(getattr(defilens.ta, recipe["kind"])).parameters
+        assert set(recipe["params"]) <= set(accepted), family
+    with Sandbox(now="2026-03-01T08:00:00Z", seed=4) as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], markets=False, progress=False)
+        candles = _candles(sandbox, "bitcoin")
+    assert set(frames.indicators["indicator"]) == catalogue["indicators"]
+    assert set(frames.signals["indicator"]) == catalogue["signals"]
+    checked = defilens.verify(frames.indicators, candles)
+    assert set(checked["indicator"]) == catalogue["indicators"], "verify skips a family the Sandbox serves"
+    assert checked.height == frames.indicators.height and checked["ok"].all()
+    # A text family is the recipe's column by its sign (MACD: the line above its signal line).
+    for interval, family, text in frames.signals.select(
+        pl.col("interval").cast(pl.String), "indicator", "value"
+    ).rows():
+        recipe = INDICATOR_RECIPES[family]
+        closes = candles.filter(pl.col("interval") == interval)["close"]
+        value = defilens._core.ta_series(recipe["kind"], closes, **recipe["params"])[recipe["column"]][-1]
+        above, below = recipe["text"]
+        assert text == (above if value > 0 else below), (interval, family)
 
 
 def test_an_empty_history_and_one_without_ta_updated(tmp_path: Path) -> None:

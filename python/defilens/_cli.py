@@ -24,7 +24,7 @@ from ._duration import format_duration, parse_every
 from ._exceptions import DefiLensError
 from ._frames import Frames
 from ._names import did_you_mean
-from ._storage import check_writable, locate, missing_parents, one_line
+from ._storage import FORMATS, check_writable, locate, missing_parents, one_line
 from .history import DEFAULT_MAX_FAILED_ROUNDS, collect, compact, convert, versions
 from .history._collect import InterruptedCommit
 from .history._collect import prepare as prepare_root
@@ -131,9 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument(
         "--format",
-        choices=["parquet", "csv", "ndjson"],
-        default="parquet",
-        help="file format for --out (default parquet)",
+        choices=FORMATS,
+        default=FORMATS[0],
+        help="file format for --out (default %(default)s)",
     )
     connection_options(fetch)
 

@@ -13,6 +13,8 @@ __all__ = [
     "INTERVALS",
     "INTERVAL_MS",
     "FAMILY_INTERVALS",
+    "INDICATOR_KINDS",
+    "INDICATOR_RECIPES",
     "MAX_TOKEN_ID_CHARS",
     "check_base_url",
     "is_loopback",
@@ -28,6 +30,8 @@ __all__ = [
     "parse_markets",
     "parse_many",
     "parse_duration",
+    "format_duration",
+    "backoff_seconds",
     "ta_series",
     "parse_token",
     "parse_tokens",
@@ -44,6 +48,13 @@ class _Defaults(TypedDict):
     backoff: Tuple[float, float]
     cache_max_bytes: int
 
+class _Recipe(TypedDict):
+    kind: str
+    params: Dict[str, Any]
+    column: Optional[str]
+    period: int
+    text: Optional[Tuple[str, str]]
+
 __version__: str
 #: The client's defaults, defined once in the Rust core.
 DEFAULTS: _Defaults
@@ -52,6 +63,12 @@ FRAME_NAMES: List[str]
 #: Every known interval-suffixed family as the frames show it: (frame, name, the intervals the
 #: service's reference gives it). Which intervals exist for which family.
 FAMILY_INTERVALS: List[Tuple[str, str, List[str]]]
+#: The kinds of indicator `ta_series` computes (the functions of `defilens.ta`).
+INDICATOR_KINDS: List[str]
+#: Every indicator family's recipe, the core's one table: family -> the kind and parameters of
+#: `ta_series`, the column it reports (of a kind with several), its period (what a warm-up of N
+#: candles counts in), and the (above, below) texts a text family is reported as by the sign.
+INDICATOR_RECIPES: Dict[str, _Recipe]
 INTERVALS: List[str]
 #: How long a candle of each interval is, in milliseconds.
 INTERVAL_MS: Dict[str, int]
@@ -244,11 +261,20 @@ def parse_duration(value: Union[str, float, dt.timedelta], name: str = "every") 
     """A duration as users write it (``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1d"``, seconds,
     or a timedelta) in seconds: positive and finite, else ValueError naming ``name``."""
 
+def format_duration(value: Union[str, float, dt.timedelta]) -> str:
+    """A duration as the grammar writes it, in its largest whole unit: ``7d``, ``24h`` (one day,
+    as the service's interval), ``90m``, ``45s``, ``250ms``; ValueError unless positive."""
+
+def backoff_seconds(attempt: int, first: float, maximum: float) -> float:
+    """The wait in seconds after failed try number ``attempt`` (1-based) by the client's one
+    backoff rule: ``first * 2**(attempt-1)`` up to ``maximum``, times a jitter in (0.75, 1]."""
+
 def ta_series(
     kind: str, values: pl.Series, n: int = 14, k: float = 2.0, fast: int = 12, slow: int = 26, signal: int = 9
 ) -> Union[pl.Series, pl.DataFrame]:
-    """One indicator series over ``values`` (closes, oldest first): ``rsi`` or ``sma`` give a
-    Series, ``bbands`` (upper, middle, lower) and ``macd`` (macd, signal, hist) a DataFrame."""
+    """One indicator series over ``values`` (closes, oldest first); ``kind`` is one of
+    `INDICATOR_KINDS`: ``rsi`` or ``sma`` give a Series, ``bbands`` (upper, middle, lower) and
+    ``macd`` (macd, signal, hist) a DataFrame."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

@@ -17,10 +17,6 @@ def parse_every(every: Union[str, float, int, dt.timedelta], name: str = "every"
 
 
 def format_duration(value: Union[float, dt.timedelta]) -> str:
-    """A duration as the grammar writes it, in its largest whole unit: ``7d``, ``1h``, ``90m``,
-    ``45s`` (``1.5s`` when not whole seconds)."""
-    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
+    """A duration as the grammar writes it, in its largest whole unit: ``7d``, ``24h``, ``90m``,
+    ``45s``, ``250ms`` (the core's `format_seconds`, beside its parser)."""
+    return _core.format_duration(value)

@@ -55,6 +55,8 @@ class APIError(DefiLensError):
     Attributes:
         status: the HTTP status code.
         body: a short excerpt of the response body.
+        retry_after: seconds the service asked to wait (``Retry-After``), or None; only a 429 or
+            a 503 carries one.
     """
 
     def __init__(
@@ -66,10 +68,12 @@ class APIError(DefiLensError):
         token: Optional[str] = None,
         endpoint: Optional[str] = None,
         kind: Optional[str] = None,
+        retry_after: Optional[float] = None,
     ) -> None:
         super().__init__(message, token=token, endpoint=endpoint, kind=kind)
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 class BadRequestError(APIError):
@@ -98,19 +102,13 @@ class ConflictError(APIError):
 
 
 class RateLimitError(APIError):
-    """429: too many requests. Retried automatically; raised when retries ran out.
-
-    Attributes:
-        retry_after: seconds the service asked to wait, or None.
-    """
-
-    def __init__(self, message: str = "", *, retry_after: Optional[float] = None, **kwargs: object) -> None:
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
-        self.retry_after = retry_after
+    """429: too many requests. Retried automatically (after ``retry_after`` seconds when the
+    service says); raised when retries ran out."""
 
 
 class ServerError(APIError):
-    """5xx: the service's fault. 500/502/503/504 are retried first."""
+    """5xx: the service's fault. 500/502/503/504 are retried first (a 503 after its
+    ``retry_after`` when it has one)."""
 
 
 class TransportError(DefiLensError):

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
@@ -17,6 +17,14 @@ __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
 #: Candle intervals ordered by duration; the dtype of every ``interval`` column.
 INTERVAL = pl.Enum(list(_core.INTERVALS))
+
+
+def interval_restored(schema: Mapping[str, pl.DataType]) -> List[pl.Expr]:
+    """The cast that makes ``interval`` the Enum again where storage gave it back as text (Delta
+    tables, Parquet of another writer), or none: for every reader of stored frames."""
+    dtype = schema.get("interval")
+    return [] if dtype is None or dtype == INTERVAL else [pl.col("interval").cast(pl.String).cast(INTERVAL)]
+
 
 #: The frames a `Frames` holds, in order (``errors`` is derived from ``log``).
 FRAME_NAMES: Tuple[str, ...] = tuple(_core.FRAME_NAMES)
@@ -259,9 +267,8 @@ def _for_text_formats(frame: pl.DataFrame, format: str) -> pl.DataFrame:
 
 
 def _restore_dtypes(frame: pl.DataFrame) -> pl.DataFrame:
-    if "interval" in frame.columns and frame.schema["interval"] != INTERVAL:
-        frame = frame.with_columns(pl.col("interval").cast(pl.String).cast(INTERVAL))
-    return frame
+    casts = interval_restored(frame.schema)
+    return frame.with_columns(casts) if casts else frame
 
 
 def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> Frames:

@@ -28,6 +28,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from ._duration import parse_every
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from obstore.store import ObjectStore
@@ -63,7 +65,7 @@ _CLIENT_OPTIONS = {
 #: object_store's retry settings, which obstore takes as a third argument.
 _RETRY_OPTIONS = {"max_retries", "retry_timeout"}
 
-#: The file formats `write_file` writes.
+#: The file formats `write_file` writes (the first is the default of `Frames.write` and the CLI).
 FORMATS = ("parquet", "csv", "ndjson")
 
 
@@ -75,13 +77,6 @@ def require(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ImportError(f"a defilens history needs {module.split('.')[0]}: {INSTALL_HINT}") from None
-
-
-def _seconds(text: str) -> float:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
-    if not match:
-        raise ValueError(f"storage option durations look like 30s or 2m, got {text!r}")
-    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +123,7 @@ class Root:
                 if bare == "max_retries":
                     retry["max_retries"] = int(value)
                 else:
-                    retry["retry_timeout"] = dt.timedelta(seconds=_seconds(value))
+                    retry["retry_timeout"] = dt.timedelta(seconds=parse_every(str(value), bare))
             else:
                 config[key.lower()] = value
         # object_store reads the store's AWS_* variables itself, but not its client options.
@@ -229,7 +224,8 @@ def missing_parents(root: Root) -> Optional[Path]:
 def check_format(file_format: str) -> None:
     """Refuses a file format `write_file` does not write."""
     if file_format not in FORMATS:
-        raise ValueError(f"format must be 'parquet', 'csv' or 'ndjson', got {file_format!r}")
+        known = ", ".join(repr(name) for name in FORMATS[:-1]) + f" or {FORMATS[-1]!r}"
+        raise ValueError(f"format must be {known}, got {file_format!r}")
 
 
 def write_file(frame: pl.DataFrame, root: Root, name: str, file_format: str) -> None:

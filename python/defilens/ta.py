@@ -26,15 +26,17 @@ from . import _core
 __all__ = ["rsi", "sma", "bbands", "macd"]
 
 
-def _series(kind: str, **params: Any) -> "object":
+def _expression(expr: pl.Expr, kind: str, **params: Any) -> pl.Expr:
     # The parameters are checked now, by the core's own rule (on no closes), so that a bad one is
-    # one line here rather than a polars error with the expression appended when the query runs.
+    # one line here rather than a polars error with the expression appended when the query runs;
+    # that empty answer also gives the dtype (a struct of the core's columns for a kind with several).
     try:
-        _core.ta_series(kind, pl.Series("close", [], dtype=pl.Float64), **params)
+        empty = _core.ta_series(kind, pl.Series("close", [], dtype=pl.Float64), **params)
     except TypeError as error:
         raise TypeError(f"ta.{kind}: {error}") from None
     except ValueError as error:
         raise ValueError(f"ta.{kind}: {error}") from None
+    dtype = empty.to_struct().dtype if isinstance(empty, pl.DataFrame) else empty.dtype
 
     def apply(series: pl.Series) -> pl.Series:
         out = _core.ta_series(kind, series, **params)
@@ -42,29 +44,27 @@ def _series(kind: str, **params: Any) -> "object":
             return out.to_struct(series.name)
         return out
 
-    return apply
+    return expr.map_batches(apply, return_dtype=dtype)
 
 
 def rsi(expr: pl.Expr, n: int = 14) -> pl.Expr:
     """Wilder's RSI over ``n`` closes (0 to 100; 0 when nothing moved, as TA-Lib)."""
-    return expr.map_batches(_series("rsi", n=n), return_dtype=pl.Float64)  # type: ignore[arg-type]
+    return _expression(expr, "rsi", n=n)
 
 
 def sma(expr: pl.Expr, n: int) -> pl.Expr:
     """The simple moving average of the last ``n`` closes."""
-    return expr.map_batches(_series("sma", n=n), return_dtype=pl.Float64)  # type: ignore[arg-type]
+    return _expression(expr, "sma", n=n)
 
 
 def bbands(expr: pl.Expr, n: int = 20, k: float = 2.0) -> pl.Expr:
     """Bollinger bands: a struct of ``upper``, ``middle`` (the SMA of ``n``) and ``lower``, at
     ``k`` population standard deviations."""
-    dtype = pl.Struct({"upper": pl.Float64, "middle": pl.Float64, "lower": pl.Float64})
-    return expr.map_batches(_series("bbands", n=n, k=k), return_dtype=dtype)  # type: ignore[arg-type]
+    return _expression(expr, "bbands", n=n, k=k)
 
 
 def macd(expr: pl.Expr, fast: int = 12, slow: int = 26, signal: int = 9) -> pl.Expr:
     """MACD(fast, slow, signal): a struct of ``macd`` (fast EMA - slow EMA), ``signal`` (its EMA)
     and ``hist`` (their difference). The service's ``macd`` signal says whether the line is above
     the signal line (``Cross Above``) or below (``Cross Below``)."""
-    dtype = pl.Struct({"macd": pl.Float64, "signal": pl.Float64, "hist": pl.Float64})
-    return expr.map_batches(_series("macd", fast=fast, slow=slow, signal=signal), return_dtype=dtype)  # type: ignore[arg-type]
+    return _expression(expr, "macd", fast=fast, slow=slow, signal=signal)

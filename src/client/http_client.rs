@@ -16,7 +16,7 @@ use super::disk_cache::DiskCache;
 use super::limiter::{RateHeaders, RateLimiter};
 use super::retry::parse_retry_after;
 use super::url::{encode_path_segment, is_loopback_url, redact_url_credentials};
-use crate::error::Error;
+use crate::error::{carries_retry_after, Error};
 use crate::model::Endpoint;
 
 const ERROR_BODY_EXCERPT: usize = 300;
@@ -283,7 +283,7 @@ impl HttpClient {
             token: token.to_string(),
             endpoint,
             body: body_excerpt(&body),
-            retry_after: if status == 429 || status == 503 { retry_after } else { None },
+            retry_after: retry_after.filter(|_| carries_retry_after(status)),
             key_sent: self.config.api_key.is_some(),
         })
     }

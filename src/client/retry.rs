@@ -54,14 +54,20 @@ impl RetryPolicy {
         self.backoff(attempt, jitter())
     }
 
-    /// Capped exponential backoff, `initial * 2^(attempt-1)` up to `max_delay`, scaled by a
-    /// jitter factor in (0.75, 1] so that a burst of failures does not retry in lockstep.
+    /// `backoff` with this policy's delays.
     pub fn backoff(&self, attempt: u32, jitter_unit: f64) -> Duration {
-        let exponent = attempt.saturating_sub(1).min(30);
-        let base = self.initial_delay.as_secs_f64() * f64::from(1u32 << exponent);
-        let capped = base.min(self.max_delay.as_secs_f64());
-        Duration::from_secs_f64(capped * (1.0 - 0.25 * jitter_unit.clamp(0.0, 1.0)))
+        backoff(self.initial_delay, self.max_delay, attempt, jitter_unit)
     }
+}
+
+/// The package's one backoff rule, for requests and for the history's Delta commits alike: capped
+/// exponential, `initial * 2^(attempt-1)` up to `max`, scaled by a jitter factor in (0.75, 1]
+/// (`jitter_unit` in [0, 1)) so that a burst of failures does not retry in lockstep.
+pub fn backoff(initial: Duration, max: Duration, attempt: u32, jitter_unit: f64) -> Duration {
+    let exponent = attempt.saturating_sub(1).min(30);
+    let base = initial.as_secs_f64() * f64::from(1u32 << exponent);
+    let capped = base.min(max.as_secs_f64());
+    Duration::from_secs_f64(capped * (1.0 - 0.25 * jitter_unit.clamp(0.0, 1.0)))
 }
 
 /// Reads `Retry-After` (seconds, possibly fractional, or an HTTP-date) into seconds from now.

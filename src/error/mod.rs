@@ -6,7 +6,7 @@ mod status;
 use std::fmt;
 
 use crate::model::Endpoint;
-pub use status::{is_retryable_status, StatusClass};
+pub use status::{carries_retry_after, is_retryable_status, StatusClass};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Error {
@@ -17,7 +17,8 @@ pub enum Error {
         endpoint: Endpoint,
         /// A short excerpt of the response body.
         body: String,
-        /// Seconds from a `Retry-After` header, on 429s.
+        /// Seconds from a `Retry-After` header, on the statuses that carry one
+        /// (`status::carries_retry_after`).
         retry_after: Option<f64>,
         /// Whether the request carried an API key (a 401 then means the key was rejected).
         key_sent: bool,

@@ -69,6 +69,13 @@ pub fn is_retryable_status(status: u16) -> bool {
     matches!(status, 429 | 500 | 502 | 503 | 504)
 }
 
+/// Whether a response with this status may say when to try again (`Retry-After`): 429 (RFC 6585)
+/// and 503 (RFC 9110). The one rule: the client waits for it on these and the exception carries
+/// it (`APIError.retry_after`); on any other status the header is not read.
+pub fn carries_retry_after(status: u16) -> bool {
+    matches!(status, 429 | 503)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +88,7 @@ mod tests {
         assert_eq!(StatusClass::of(302).meaning().exception, "APIError");
         assert!(is_retryable_status(429) && is_retryable_status(503));
         assert!(!is_retryable_status(501) && !is_retryable_status(404));
+        assert!(carries_retry_after(429) && carries_retry_after(503));
+        assert!(!carries_retry_after(500) && !carries_retry_after(200));
     }
 }

@@ -16,9 +16,18 @@ pub use listing::{ListingColumns, ListingRows};
 pub use log::{log_frame, LogColumns, LogRecord};
 pub use markets::{MarketRow, MarketsColumns};
 
+pub const SNAPSHOT: &str = "snapshot";
+pub const INDICATORS: &str = "indicators";
+pub const SIGNALS: &str = "signals";
+pub const PATTERNS: &str = "patterns";
+pub const TA_UPDATED: &str = "ta_updated";
+pub const INFO: &str = "info";
+pub const MARKETS: &str = "markets";
+pub const LOG: &str = "log";
+pub const DRIFT: &str = "drift";
+
 /// Every frame of `Frames`, in order (`errors` is `log` filtered, so it is not built here).
-pub const FRAME_NAMES: [&str; 9] =
-    ["snapshot", "indicators", "signals", "patterns", "ta_updated", "info", "markets", "log", "drift"];
+pub const FRAME_NAMES: [&str; 9] = [SNAPSHOT, INDICATORS, SIGNALS, PATTERNS, TA_UPDATED, INFO, MARKETS, LOG, DRIFT];
 
 /// The frames built from listing bodies.
 pub struct ListingFrames {
@@ -39,6 +48,11 @@ pub struct MarketsFrames {
 }
 
 impl MarketsFrames {
+    /// `(name, frame)` pairs, named as in `FRAME_NAMES`.
+    pub fn into_named(self) -> [(&'static str, DataFrame); 2] {
+        [(MARKETS, self.markets), (DRIFT, self.drift)]
+    }
+
     pub fn vstack(&mut self, other: MarketsFrames) {
         self.markets.vstack_mut_owned(other.markets).expect("frames of one schema");
         self.drift.vstack_mut_owned(other.drift).expect("frames of one schema");
@@ -63,13 +77,13 @@ impl ListingFrames {
     /// `(name, frame)` pairs, named as in `FRAME_NAMES`.
     pub fn into_named(self) -> [(&'static str, DataFrame); 7] {
         [
-            (FRAME_NAMES[0], self.snapshot),
-            (FRAME_NAMES[1], self.indicators),
-            (FRAME_NAMES[2], self.signals),
-            (FRAME_NAMES[3], self.patterns),
-            (FRAME_NAMES[4], self.ta_updated),
-            (FRAME_NAMES[5], self.info),
-            (FRAME_NAMES[8], self.drift),
+            (SNAPSHOT, self.snapshot),
+            (INDICATORS, self.indicators),
+            (SIGNALS, self.signals),
+            (PATTERNS, self.patterns),
+            (TA_UPDATED, self.ta_updated),
+            (INFO, self.info),
+            (DRIFT, self.drift),
         ]
     }
 }
@@ -77,8 +91,8 @@ impl ListingFrames {
 /// The frames of an empty result, with their full schemas.
 pub fn empty_frames() -> Vec<(&'static str, DataFrame)> {
     let mut frames: Vec<_> = ListingColumns::new(0).finish().into_named().into_iter().collect();
-    frames.push((FRAME_NAMES[6], MarketsColumns::new(0).finish().markets));
-    frames.push((FRAME_NAMES[7], log_frame(&[])));
+    frames.push((MARKETS, MarketsColumns::new(0).finish().markets));
+    frames.push((LOG, log_frame(&[])));
     frames.sort_by_key(|(name, _)| FRAME_NAMES.iter().position(|n| n == name));
     frames
 }

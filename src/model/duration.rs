@@ -36,9 +36,44 @@ pub fn parse_seconds(text: &str) -> Result<f64, &'static str> {
     check_seconds(value * factor)
 }
 
+/// `seconds` as the grammar writes it, in its largest unit that holds it whole: `7d`, `90m`,
+/// `45s`, `250ms`; a single day is `24h`, as the service's interval is. What no unit holds whole
+/// (less than a millisecond) is plain seconds, which the grammar reads too.
+pub fn format_seconds(seconds: f64) -> String {
+    let ms = (seconds * 1000.0).round();
+    if (1.0..1e15).contains(&ms) && (ms / 1000.0 - seconds).abs() <= 1e-9 * seconds.abs().max(1.0) {
+        let ms = ms as i64;
+        for (unit, size) in UNITS.iter().rev() {
+            let size = (size * 1000.0).round() as i64;
+            if ms % size == 0 && !(*unit == "d" && ms < 2 * size) {
+                return format!("{}{unit}", ms / size);
+            }
+        }
+    }
+    format!("{seconds}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_written_in_their_largest_whole_unit() {
+        for (seconds, text) in [
+            (604_800.0, "7d"),
+            (172_800.0, "2d"),
+            (86_400.0, "24h"),
+            (5_400.0, "90m"),
+            (3_600.0, "1h"),
+            (45.0, "45s"),
+            (1.5, "1500ms"),
+            (0.25, "250ms"),
+            (0.0005, "0.0005"),
+        ] {
+            assert_eq!(format_seconds(seconds), text, "{seconds}");
+            assert_eq!(parse_seconds(text), Ok(seconds), "{text} reads back");
+        }
+    }
 
     #[test]
     fn the_units_users_write() {

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use polars::prelude::PlHashMap;
 
+use super::indicators::{recipe, Recipe, Reported, RECIPES};
 use super::{Interval, INTERVALS};
 
 /// The target column type of a snapshot field.
@@ -120,9 +121,16 @@ pub enum SuffixedKey<'a> {
     Unknown { name: &'a str, interval: Interval },
 }
 
-const NUMERIC_FAMILIES: &[&str] =
-    &["rsi7", "rsi14", "rsi25", "sma5", "sma20", "sma100", "upper_bband", "middle_bband", "lower_bband"];
-const TEXT_FAMILIES: &[&str] = &["macd"];
+impl FamilyKind {
+    /// What an indicator family carries: its number, or a text (`indicators` or `signals`).
+    fn of(recipe: &Recipe) -> Self {
+        match recipe.reported {
+            Reported::Number => FamilyKind::Numeric,
+            Reported::Sign { .. } => FamilyKind::Text,
+        }
+    }
+}
+
 /// Wire prefix -> family name in the `patterns` frame.
 const PATTERN_FAMILIES: &[(&str, &str)] = &[
     ("single_pattern", "single"),
@@ -154,21 +162,28 @@ pub const GROUPED_PATTERN_FAMILIES: [&str; 6] = [
     "channel_pattern",
 ];
 
+/// The pattern families as the service writes them: (wire prefix, name in the `patterns` frame,
+/// the intervals the service's reference gives it), in catalogue order. `triple_pattern`, a
+/// spelling the parser accepts too, is not the service's (`tripple_pattern` is).
+pub fn pattern_families() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str; 5])> {
+    PATTERN_FAMILIES.iter().filter(|(wire, _)| *wire != "triple_pattern").map(|(wire, family)| {
+        let intervals =
+            if GROUPED_PATTERN_FAMILIES.contains(wire) { &GROUPED_PATTERN_INTERVALS } else { &INDICATOR_INTERVALS };
+        (*wire, *family, intervals)
+    })
+}
+
 /// Every known family as the frames show it: (frame, name in the frame, the intervals the
 /// service's reference gives it), in catalogue order. Documentation tables and the Sandbox's
 /// bodies are made from this, so neither can disagree with the parser.
 pub fn family_intervals() -> Vec<(&'static str, &'static str, &'static [&'static str; 5])> {
     let mut families: Vec<(&'static str, &'static str, &'static [&'static str; 5])> = Vec::new();
-    families.extend(NUMERIC_FAMILIES.iter().map(|name| ("indicators", *name, &INDICATOR_INTERVALS)));
-    families.extend(TEXT_FAMILIES.iter().map(|name| ("signals", *name, &INDICATOR_INTERVALS)));
-    for (wire, family) in PATTERN_FAMILIES {
-        if *wire == "triple_pattern" {
-            continue; // the same family as the service's `tripple_pattern`
-        }
-        let intervals =
-            if GROUPED_PATTERN_FAMILIES.contains(wire) { &GROUPED_PATTERN_INTERVALS } else { &INDICATOR_INTERVALS };
-        families.push(("patterns", *family, intervals));
+    for kind in [FamilyKind::Numeric, FamilyKind::Text] {
+        let frame = if kind == FamilyKind::Numeric { "indicators" } else { "signals" };
+        let of_kind = RECIPES.iter().filter(|recipe| FamilyKind::of(recipe) == kind);
+        families.extend(of_kind.map(|recipe| (frame, recipe.family, &INDICATOR_INTERVALS)));
     }
+    families.extend(pattern_families().map(|(_, family, intervals)| ("patterns", family, intervals)));
     families.push(("ta_updated", "updated_at", &INDICATOR_INTERVALS));
     families
 }
@@ -188,10 +203,8 @@ pub fn parse_suffixed_key(key: &str) -> Option<SuffixedKey<'_>> {
     }
     let interval = Interval::from_suffix(suffix)?;
     let known = |name, kind| Some(SuffixedKey::Known { name, kind, interval });
-    if let Some(name) = NUMERIC_FAMILIES.iter().find(|f| **f == prefix) {
-        known(name, FamilyKind::Numeric)
-    } else if let Some(name) = TEXT_FAMILIES.iter().find(|f| **f == prefix) {
-        known(name, FamilyKind::Text)
+    if let Some(recipe) = recipe(prefix) {
+        known(recipe.family, FamilyKind::of(recipe))
     } else if let Some((_, family)) = PATTERN_FAMILIES.iter().find(|(wire, _)| *wire == prefix) {
         known(family, FamilyKind::Patterns)
     } else {
@@ -212,9 +225,7 @@ pub fn unknown_interval(key: &str) -> Option<&str> {
         return (looks_like_interval(interval) && Interval::from_suffix(interval).is_none()).then_some(interval);
     }
     let (prefix, suffix) = key.rsplit_once('_')?;
-    let known = NUMERIC_FAMILIES.contains(&prefix)
-        || TEXT_FAMILIES.contains(&prefix)
-        || PATTERN_FAMILIES.iter().any(|(wire, _)| *wire == prefix);
+    let known = recipe(prefix).is_some() || PATTERN_FAMILIES.iter().any(|(wire, _)| *wire == prefix);
     (known && looks_like_interval(suffix) && Interval::from_suffix(suffix).is_none()).then_some(suffix)
 }
 
@@ -254,7 +265,7 @@ fn classify_uncached(key: &str) -> DataKey<'_> {
 /// Every snapshot field, every known family on every interval and every `ta_<i>_updated_at`,
 /// classified once.
 static CATALOGUE_KEYS: LazyLock<PlHashMap<String, DataKey<'static>>> = LazyLock::new(|| {
-    let families = NUMERIC_FAMILIES.iter().chain(TEXT_FAMILIES).chain(PATTERN_FAMILIES.iter().map(|(wire, _)| wire));
+    let families = RECIPES.iter().map(|recipe| recipe.family).chain(PATTERN_FAMILIES.iter().map(|(wire, _)| *wire));
     let mut keys: Vec<String> = SNAPSHOT_FIELDS.iter().map(|(name, _)| name.to_string()).collect();
     for interval in INTERVALS {
         keys.push(format!("ta_{interval}_updated_at"));

@@ -4,6 +4,7 @@
 
 pub mod duration;
 pub mod fields;
+pub mod indicators;
 pub mod interval;
 pub mod timestamp;
 pub mod value;

@@ -14,7 +14,7 @@ use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
 use crate::client::clock::SharedClock;
 use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
-use crate::frames::ListingFrames;
+use crate::frames::{self, ListingFrames};
 use crate::model::Endpoint;
 
 /// How often a blocked call wakes up to check for Ctrl-C and draw progress.
@@ -59,8 +59,8 @@ impl RawBodies {
 
 fn outcome_to_py<'py>(py: Python<'py>, outcome: FetchOutcome) -> PyResult<Bound<'py, PyDict>> {
     let result = listing_frames_dict(py, outcome.listing)?;
-    result.set_item("markets", PyDataFrame(outcome.markets))?;
-    result.set_item("log", PyDataFrame(outcome.log))?;
+    result.set_item(frames::MARKETS, PyDataFrame(outcome.markets))?;
+    result.set_item(frames::LOG, PyDataFrame(outcome.log))?;
     let errors = outcome.errors.iter().map(|e| exception_for(py, e)).collect::<PyResult<Vec<_>>>()?;
     result.set_item("_errors", errors)?;
     result.set_item("_raw", Py::new(py, RawBodies { bodies: outcome.raw })?)?;

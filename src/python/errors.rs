@@ -49,9 +49,7 @@ pub(super) fn exception_for(py: Python<'_>, error: &Error) -> PyResult<Py<PyAny>
         Error::Api { status, body, retry_after, .. } => {
             kwargs.set_item("status", status)?;
             kwargs.set_item("body", body)?;
-            if *status == 429 {
-                kwargs.set_item("retry_after", retry_after)?;
-            }
+            kwargs.set_item("retry_after", retry_after)?;
         }
         Error::Decode { field, offset, .. } => {
             kwargs.set_item("field", field)?;

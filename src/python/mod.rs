@@ -10,6 +10,8 @@ mod parsing;
 mod sandbox;
 mod ta;
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyDict};
 
@@ -38,6 +40,25 @@ fn parse_duration(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     arguments::duration_seconds(name, value)
 }
 
+/// A duration (as `parse_duration` takes it) as the grammar writes it: `7d`, `90m`, `250ms`.
+#[pyfunction]
+fn format_duration(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(crate::model::duration::format_seconds(arguments::duration_seconds("duration", value)?))
+}
+
+/// The wait in seconds after failed try number `attempt` (1-based), by the client's backoff rule
+/// (`client::retry::backoff`, jitter included) between `first` and `maximum` seconds: for the
+/// history's commits, which retry in Python.
+#[pyfunction]
+fn backoff_seconds(attempt: u32, first: f64, maximum: f64) -> PyResult<f64> {
+    let seconds = |name: &str, value: f64| {
+        Duration::try_from_secs_f64(value)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("{name} must be seconds >= 0, got {value}")))
+    };
+    let (first, maximum) = (seconds("first", first)?, seconds("maximum", maximum)?);
+    Ok(crate::client::retry::backoff(first, maximum, attempt, crate::client::retry::jitter()).as_secs_f64())
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -51,6 +72,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|(frame, name, intervals)| (frame, name, intervals.to_vec()))
         .collect();
     m.add("FAMILY_INTERVALS", families)?;
+    m.add("INDICATOR_KINDS", crate::model::indicators::KINDS.to_vec())?;
+    m.add("INDICATOR_RECIPES", ta::recipes(m.py())?)?;
     m.add_class::<client::Engine>()?;
     m.add_class::<client::BoundClock>()?;
     m.add_class::<client::FetchJob>()?;
@@ -66,6 +89,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::is_loopback, m)?)?;
     m.add_function(wrap_pyfunction!(client::read_cache_folder, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(format_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(backoff_seconds, m)?)?;
     m.add("MAX_TOKEN_ID_CHARS", crate::client::url::MAX_TOKEN_ID_CHARS)?;
     #[cfg(feature = "sandbox")]
     {

@@ -222,8 +222,9 @@ pub(super) fn parse_many<'py>(
             let (frames, results) = detached(py, || Ok(parse::parse_markets(&inputs)))?;
             let errors = results.into_iter().map(|r| message(r.map(|_| ()))).collect();
             let dict = PyDict::new(py);
-            dict.set_item("markets", PyDataFrame(frames.markets))?;
-            dict.set_item("drift", PyDataFrame(frames.drift))?;
+            for (name, frame) in frames.into_named() {
+                dict.set_item(name, PyDataFrame(frame))?;
+            }
             Ok((dict, errors))
         }
     }

@@ -4,14 +4,16 @@
 use std::fmt::Write;
 
 use super::data::*;
-use super::market::indicators::{bollinger, macd, rsi, sma};
 use super::market::patterns::{detect, Detected};
 use super::market::ranking::market_cap_rank;
 use super::market::universe::TOTAL_MARKET_CAP;
 use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket, HISTORY};
 use super::random::Rng;
 use super::repaint::provisional_close_factor;
+use crate::model::fields::pattern_families;
+use crate::model::indicators::{Reported, RECIPES};
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
+use crate::ta;
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
@@ -36,10 +38,12 @@ fn number(out: &mut String, key: &str, value: f64) {
     }
 }
 
-/// Writes `"<family>_<interval>":[names],` for each family.
-fn pattern_fields<const N: usize>(out: &mut String, interval: &str, families: [(&str, &Vec<&str>); N]) {
-    for (family, names) in families {
-        let _ = write!(out, "\"{family}_{interval}\":{},", json_list(names));
+/// Writes `"<wire>_<interval>":[names],` for each pattern family of the catalogue that has
+/// `intervals` (the per-indicator ones, or the grouped chart patterns with 4h).
+fn pattern_fields(out: &mut String, interval: &str, found: &Detected, intervals: &[&str; 5]) {
+    for (wire, family, _) in pattern_families().filter(|(_, _, of)| *of == intervals) {
+        let names = found.of(family).map_or(&[][..], Vec::as_slice);
+        let _ = write!(out, "\"{wire}_{interval}\":{},", json_list(names));
     }
 }
 
@@ -219,48 +223,22 @@ fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
                 *last *= provisional_close_factor(seed, token, at);
             }
         }
-        for period in [7, 14, 25] {
-            number(o, &format!("rsi{period}_{interval}"), rsi(&closes, period));
+        for recipe in RECIPES {
+            let value = ta::last(recipe, &closes);
+            let key = format!("{}_{interval}", recipe.family);
+            match recipe.reported {
+                Reported::Number => number(o, &key, value.unwrap_or(f64::NAN)),
+                Reported::Sign { above, below } => {
+                    let _ = write!(o, "\"{key}\":\"{}\",", if value.is_some_and(|v| v > 0.0) { above } else { below });
+                }
+            }
         }
-        // `middle_bband` is `sma20` by definition: one number, written twice.
-        let bands = bollinger(&closes, 20, 2.0);
-        number(o, &format!("sma5_{interval}"), sma(&closes, 5));
-        number(o, &format!("sma20_{interval}"), bands.middle);
-        number(o, &format!("sma100_{interval}"), sma(&closes, 100));
-        number(o, &format!("upper_bband_{interval}"), bands.upper);
-        number(o, &format!("middle_bband_{interval}"), bands.middle);
-        number(o, &format!("lower_bband_{interval}"), bands.lower);
-        let above = macd(&closes, 12, 26, 9).is_some_and(|(line, signal)| line > signal);
-        let _ = write!(o, "\"macd_{interval}\":\"{}\",", if above { "Cross Above" } else { "Cross Below" });
         let _ = write!(o, "\"ta_{interval}_updated_at\":\"{}\",", format_ta_timestamp(last_close_of(level, now_ms)));
-        let found = patterns_of(interval);
-        pattern_fields(
-            o,
-            interval,
-            [
-                ("single_pattern", &found.single),
-                ("double_pattern", &found.double),
-                ("tripple_pattern", &found.triple),
-                ("chartpattern", &found.chart),
-                ("candlestick_pattern", &found.summary),
-            ],
-        );
+        pattern_fields(o, interval, patterns_of(interval), &TA_INTERVALS);
     }
 
     for interval in GROUPED_INTERVALS {
-        let found = patterns_of(interval);
-        pattern_fields(
-            o,
-            interval,
-            [
-                ("triangle_pattern", &found.triangle),
-                ("head_shoulder_pattern", &found.head_shoulder),
-                ("multiple_top_bottom_pattern", &found.multiple_top_bottom),
-                ("double_top_bottom_pattern", &found.double_top_bottom),
-                ("wedge_pattern", &found.wedge),
-                ("channel_pattern", &found.channel),
-            ],
-        );
+        pattern_fields(o, interval, patterns_of(interval), &GROUPED_INTERVALS);
     }
     o.pop(); // the comma after the last field
 
@@ -336,6 +314,36 @@ mod tests {
         let revised = info_revised_ms(3, "bitcoin", NOW);
         assert!(revised <= NOW && NOW - revised < INFO_REVISED_EVERY_MS);
         assert_ne!(info_revised_ms(3, "bitcoin", NOW), info_revised_ms(3, "ethereum", NOW));
+    }
+
+    #[test]
+    fn a_body_has_every_family_of_the_catalogue_on_its_intervals_and_nothing_else() {
+        use crate::model::fields::{classify_data_key, family_intervals, DataKey, SuffixedKey};
+        use crate::model::INTERVALS;
+        let body: serde_json::Value = serde_json::from_str(&listing_body(3, "coin-5", NOW)).unwrap();
+        let mut served = Vec::new();
+        for key in body["data"].as_object().unwrap().keys() {
+            match classify_data_key(key) {
+                DataKey::Snapshot(_) => {}
+                DataKey::Suffixed(SuffixedKey::Known { name, interval, .. }) => {
+                    served.push((name, INTERVALS[usize::from(interval.index())]));
+                }
+                DataKey::Suffixed(SuffixedKey::TaUpdated { interval }) => {
+                    served.push(("updated_at", INTERVALS[usize::from(interval.index())]));
+                }
+                other => panic!("the Sandbox serves {key:?}, which the catalogue calls {other:?}"),
+            }
+        }
+        let mut expected: Vec<(&str, &str)> = family_intervals()
+            .into_iter()
+            .flat_map(|(_, name, intervals)| intervals.iter().map(move |interval| (name, *interval)))
+            .collect();
+        served.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(served, expected);
+        for (_, family, _) in pattern_families() {
+            assert!(detect(&[]).of(family).is_some(), "the Sandbox finds no {family} patterns");
+        }
     }
 
     #[test]

@@ -3,7 +3,39 @@
 //! MACD(fast, slow, signal). The one implementation: the Sandbox reports the last value of each
 //! series in its listings, and `defilens.ta` gives users the whole series. Where definitions
 //! differ in how they start, these follow TA-Lib's (the Python tests check them against it):
-//! a value exists once its window is full, `None` before.
+//! a value exists once its window is full, `None` before. What each listing family computes is
+//! `model::indicators::RECIPES`; `series` and `last` compute a recipe.
+
+use crate::model::indicators::{Indicator, Recipe};
+
+/// Every series of `indicator` over `closes`: one a name of `indicator.columns()`, or the one
+/// series of a kind that has no columns.
+pub fn series(indicator: &Indicator, closes: &[f64]) -> Vec<Vec<Option<f64>>> {
+    fn unzip3(rows: Vec<Option<(f64, f64, f64)>>) -> Vec<Vec<Option<f64>>> {
+        vec![
+            rows.iter().map(|row| row.map(|r| r.0)).collect(),
+            rows.iter().map(|row| row.map(|r| r.1)).collect(),
+            rows.iter().map(|row| row.map(|r| r.2)).collect(),
+        ]
+    }
+    match *indicator {
+        Indicator::Rsi { n } => vec![rsi(closes, n)],
+        Indicator::Sma { n } => vec![sma(closes, n)],
+        Indicator::Bbands { n, k } => unzip3(bollinger(closes, n, k)),
+        Indicator::Macd { fast, slow, signal } => unzip3(macd(closes, fast, slow, signal)),
+    }
+}
+
+/// A family's value at the last close (`None` while its window is not full). The kinds whose
+/// value depends on their window alone are computed over the last window only: the same double.
+pub fn last(recipe: &Recipe, closes: &[f64]) -> Option<f64> {
+    let closes = match recipe.indicator {
+        Indicator::Sma { n } | Indicator::Bbands { n, .. } => &closes[closes.len().saturating_sub(n)..],
+        Indicator::Rsi { .. } | Indicator::Macd { .. } => closes,
+    };
+    let column = recipe.column.and_then(|name| recipe.indicator.columns().iter().position(|c| *c == name));
+    series(&recipe.indicator, closes).swap_remove(column.unwrap_or(0)).last().copied().flatten()
+}
 
 /// The simple mean of the last `period` closes at each close (each window summed afresh: the
 /// same double whatever came before).
@@ -115,6 +147,24 @@ mod tests {
         assert!(line > 0.0, "{line}");
         assert!(macd(&closes[..33], 12, 26, 9).iter().all(Option::is_none));
         assert!(macd(&closes[..34], 12, 26, 9)[33].is_some());
+    }
+
+    #[test]
+    fn a_recipe_reads_its_column() {
+        use crate::model::indicators::{recipe, RECIPES};
+        let closes: Vec<f64> = (0..300).map(|i| 100.0 + (f64::from(i) * 0.3).sin() * 7.0).collect();
+        let bands = bollinger(&closes, 20, 2.0).last().copied().flatten().unwrap();
+        let family = |name| last(recipe(name).unwrap(), &closes);
+        assert_eq!(family("upper_bband"), Some(bands.0));
+        assert_eq!(family("middle_bband"), Some(bands.1));
+        assert_eq!(family("middle_bband"), family("sma20"));
+        assert_eq!(family("lower_bband"), Some(bands.2));
+        assert_eq!(family("rsi14"), rsi(&closes, 14).last().copied().flatten());
+        assert_eq!(family("macd"), macd(&closes, 12, 26, 9).last().copied().flatten().map(|m| m.2));
+        for recipe in RECIPES {
+            assert!(last(recipe, &closes).is_some_and(f64::is_finite), "{recipe:?}");
+            assert_eq!(last(recipe, &closes[..3]), None, "{recipe:?}");
+        }
     }
 
     #[test]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
@@ -19,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Option
 import polars as pl
 
 from .. import _waiting
-from .._core import FRAME_NAMES, empty_frames
+from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
-from .._frames import BODIES_SCHEMA, INTERVAL
+from .._frames import BODIES_SCHEMA, interval_restored
 from .._storage import Root, one_line, require
 from ._panics import quiet_panics
 
@@ -82,8 +81,9 @@ def round_commit_hooks() -> Any:
 #: How often loading a table is tried when a log file it listed was removed meanwhile.
 LOAD_ATTEMPTS = 4
 
-#: How often one table's commit of a round is tried when it keeps conflicting, and how long the
-#: waits between tries grow (delta-rs already retries a conflict 15 times on its own).
+#: How often one table's commit of a round is tried when it keeps conflicting, and the (first,
+#: longest) wait between tries in seconds, by the client's backoff rule (`_core.backoff_seconds`;
+#: delta-rs already retries a conflict 15 times on its own).
 COMMIT_ATTEMPTS = 8
 COMMIT_BACKOFF = (0.05, 2.0)
 #: The names of the threads that commit a round (the command line waits for none of them after
@@ -119,11 +119,9 @@ def to_disk(frame: pl.DataFrame) -> pl.DataFrame:
 def restore(lazy: pl.LazyFrame) -> pl.LazyFrame:
     """A table as the frames have it: ``interval`` as the Enum, timestamps in milliseconds."""
     schema = lazy.collect_schema()
-    casts = []
+    casts = interval_restored(schema)
     for name, dtype in schema.items():
-        if name == "interval" and dtype != INTERVAL:
-            casts.append(pl.col(name).cast(pl.String).cast(INTERVAL))
-        elif isinstance(dtype, pl.Datetime) and dtype != UTC_MS:
+        if isinstance(dtype, pl.Datetime) and dtype != UTC_MS:
             casts.append(pl.col(name).dt.cast_time_unit("ms").dt.replace_time_zone("UTC"))
     return lazy.with_columns(casts) if casts else lazy
 
@@ -282,9 +280,8 @@ def commit(
     deltalake = require("deltalake")
     data = to_disk(frame)
     uri = root.path(name)
-    delay = COMMIT_BACKOFF[0]
     last_error: Optional[BaseException] = None
-    for _ in range(COMMIT_ATTEMPTS):
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
         if table is None:
             table = load(root, name) or create(root, name, data)
         check_ours(table, name, uri)
@@ -320,8 +317,7 @@ def commit(
                 "waits in the spool and the next collect commits it)"
             ) from None
         table = None
-        _waiting.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, COMMIT_BACKOFF[1])
+        _waiting.sleep(backoff_seconds(attempt, *COMMIT_BACKOFF))
     raise HistoryError(
         f"could not commit to {uri!r} after {COMMIT_ATTEMPTS} tries: {one_line(last_error or RuntimeError())} (the "
         "round waits in the spool and the next collect commits it)"

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import polars as pl
 
 from .._core import INTERVAL_MS
-from .._duration import parse_every
+from .._duration import format_duration, parse_every
 from .._storage import Root
 from ..history import runs
 from ._scope import CANDLE_INTERVALS, _unknown
@@ -90,14 +90,8 @@ def expectations(expect: Expect) -> Dict[str, Rule]:
 
 
 def show_every(every: Optional[dt.timedelta]) -> str:
-    """A cadence as users write it: ``15m``, ``1h``, ``30s``, ``250ms``."""
-    if every is None:
-        return "unknown"
-    ms = round(every.total_seconds() * 1000)
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms % size == 0 and (unit != "d" or ms >= 2 * size):
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
+    """A cadence as users write it (``15m``, ``1h``, ``250ms``), or ``unknown``."""
+    return "unknown" if every is None else format_duration(every)
 
 
 def _inferred(fetches: pl.DataFrame) -> Optional[dt.timedelta]:

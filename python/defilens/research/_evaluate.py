@@ -12,9 +12,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import polars as pl
 
+from .._duration import format_duration
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
-from ._labels import duration_text, overlap_lags, spacing_of
+from ._labels import overlap_lags, spacing_of
 
 #: |t| at or above this reads as evidence in the verdict (about 5% two-sided, for one test).
 T_THRESHOLD = 2.0
@@ -392,7 +393,7 @@ def _by_horizon(
 
 
 def _horizon(value: Optional[dt.timedelta]) -> str:
-    return "-" if value is None else duration_text(value)
+    return "-" if value is None else format_duration(value)
 
 
 def _num(value: Optional[float], spec: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 import polars as pl
 
 from .._core import INTERVAL_MS
-from .._duration import parse_every
+from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from ..history import open_for_reading, scan_table
@@ -242,8 +242,8 @@ def forward_returns(
     short = [h for h in horizon_list if h < step]
     if short:
         raise ValueError(
-            f"horizon {duration_text(short[0])} is shorter than the history's polling cadence ({duration_text(step)}): no round "
-            f"can price it; use horizons of {duration_text(step)} or more"
+            f"horizon {format_duration(short[0])} is shorter than the history's polling cadence ({format_duration(step)}): no round "
+            f"can price it; use horizons of {format_duration(step)} or more"
         )
     bars = with_bars(prices, step)
     first, last = bars["fetched_at"].min(), bars["fetched_at"].max()
@@ -333,15 +333,6 @@ def _with_path(labels: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
         (pl.col("price").min() / pl.col("entry_price").first() - 1).alias("min_return"),
     )
     return labels.join(extremes, on="_decision", how="left")
-
-
-def duration_text(duration: dt.timedelta) -> str:
-    """A duration as the duration grammar writes it: 15m, 4h, 1d."""
-    seconds = int(duration.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def spacing_of(times: pl.Series) -> Optional[dt.timedelta]:

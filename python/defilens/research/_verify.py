@@ -8,28 +8,18 @@ from typing import Dict, Optional, Tuple
 import polars as pl
 
 from .. import _core
-from .._core import INTERVAL_MS
+from .._core import INDICATOR_RECIPES, INTERVAL_MS
 from .._frames import INTERVAL
 
-#: indicator name -> (what to compute, its period, which band).
-_RECIPES = {
-    "rsi7": ("rsi", 7, None),
-    "rsi14": ("rsi", 14, None),
-    "rsi25": ("rsi", 25, None),
-    "sma5": ("sma", 5, None),
-    "sma20": ("sma", 20, None),
-    "sma100": ("sma", 100, None),
-    "upper_bband": ("bbands", 20, "upper"),
-    "middle_bband": ("bbands", 20, "middle"),
-    "lower_bband": ("bbands", 20, "lower"),
-}
+#: The indicator families verify recomputes: every numeric one of the core's recipe table
+#: (`model::indicators::RECIPES`, which the catalogue and the Sandbox read too).
+CHECKED = {family: recipe for family, recipe in INDICATOR_RECIPES.items() if recipe["text"] is None}
 
 
-def _last(kind: str, closes: pl.Series, period: int, band: Optional[str]) -> Optional[float]:
-    if closes.len() < period + (1 if kind == "rsi" else 0):
-        return None
-    out = _core.ta_series(kind, closes, n=period, k=2.0)
-    value = out[band or "middle"][-1] if isinstance(out, pl.DataFrame) else out[-1]
+def _last(recipe: "_core._Recipe", closes: pl.Series) -> Optional[float]:
+    out = _core.ta_series(recipe["kind"], closes, **recipe["params"])
+    series = out[recipe["column"] or ""] if isinstance(out, pl.DataFrame) else out
+    value = series[-1]
     return None if value is None else float(value)
 
 
@@ -58,8 +48,8 @@ def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
 
 
 def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float = 1e-6) -> pl.DataFrame:
-    """Recomputes each indicator value it can (RSI, SMA, Bollinger bands) from ``candles`` and
-    compares it with the vendor's.
+    """Recomputes each indicator value from ``candles`` (every numeric family of the service's
+    reference: RSI, SMA, Bollinger bands) and compares it with the vendor's.
 
     ``indicators`` is any frame with ``token``, ``interval``, ``indicator``, ``value`` (for
     example ``frames.indicators``: one value a token and interval, as of the last candle);
@@ -98,15 +88,14 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
     for token, interval, indicator, vendor in indicators.select(
         "token", pl.col("interval").cast(pl.String), "indicator", "value"
     ).iter_rows():
-        recipe = _RECIPES.get(indicator)
+        recipe = CHECKED.get(indicator)
         closes = series.get((token, interval))
-        if recipe is None or closes is None or vendor is None:
+        if recipe is None or closes is None or closes.is_empty() or vendor is None:
             continue
-        kind, period, band = recipe
-        recomputed = _last(kind, closes, period, band)
+        recomputed = _last(recipe, closes)
         if recomputed is None:
             continue
-        warmups = [_last(kind, closes.tail(period * times + 1), period, band) for times in (1, 2, 3)]
+        warmups = [_last(recipe, closes.tail(recipe["period"] * times + 1)) for times in (1, 2, 3)]
         diff = vendor - recomputed
         rows.append(
             (

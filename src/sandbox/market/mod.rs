@@ -1,9 +1,9 @@
 //! The Sandbox's market: each token's price path (`path`), who the token is (`universe`), its
-//! candles at every interval, and the indicators and patterns computed from them
-//! (`indicators`, `patterns`). Everything is a deterministic function of (seed, token, time), so
-//! two Sandboxes with the same seed at the same time serve the same bytes.
+//! candles at every interval, and the patterns found in them (`patterns`; the indicators are
+//! `crate::ta`'s, by `model::indicators`' recipes). Everything is a deterministic function of
+//! (seed, token, time), so two Sandboxes with the same seed at the same time serve the same
+//! bytes.
 
-pub mod indicators;
 pub mod path;
 pub mod patterns;
 pub mod ranking;

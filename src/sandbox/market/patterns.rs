@@ -93,6 +93,27 @@ pub struct Detected {
     pub channel: Vec<&'static str>,
 }
 
+impl Detected {
+    /// The names found for a pattern family, by its name in the `patterns` frame
+    /// (`model::fields::pattern_families`); `None` for a family the detector does not know.
+    pub fn of(&self, family: &str) -> Option<&Vec<&'static str>> {
+        Some(match family {
+            "single" => &self.single,
+            "double" => &self.double,
+            "triple" => &self.triple,
+            "chart" => &self.chart,
+            "candlestick" => &self.summary,
+            "triangle" => &self.triangle,
+            "head_shoulder" => &self.head_shoulder,
+            "multiple_top_bottom" => &self.multiple_top_bottom,
+            "double_top_bottom" => &self.double_top_bottom,
+            "wedge" => &self.wedge,
+            "channel" => &self.channel,
+            _ => return None,
+        })
+    }
+}
+
 pub fn detect(candles: &[Candle]) -> Detected {
     let mut detected = Detected::default();
     let Some(last) = candles.len().checked_sub(1) else { return detected };
