@@ -8,8 +8,8 @@ use super::routing::{read_routed_field, route_of, FieldRoute, FieldValues, Owned
 use crate::model::fields::{FamilyKind, ScalarType, SNAPSHOT_FIELDS};
 use crate::model::value::{Typed, Value};
 use crate::model::Interval;
-use crate::parse::general_info::scan_general_info;
-use crate::parse::pending::PendingListing;
+use super::general_info::scan_general_info;
+use super::pending::PendingListing;
 use crate::parse::scanner::Scanner;
 use crate::short_bytes::{same_bytes, slot_of, text_bits};
 use polars::prelude::PlHashMap;

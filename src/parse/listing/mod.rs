@@ -11,13 +11,15 @@
 //! the whole body parsed, so a malformed body leaves no partial rows behind.
 
 mod fast_path;
+mod general_info;
+mod pending;
 mod routing;
 mod serde_reader;
 
 use std::borrow::Cow;
 
 use super::document::{parse_document, DecodeContext};
-use super::pending::PendingListing;
+use pending::PendingListing;
 use crate::error::Error;
 use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::value::{excerpt, Mismatch, Typed};

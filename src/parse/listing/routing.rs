@@ -12,7 +12,7 @@ use crate::model::fields::{
 };
 use crate::model::value::{convert, parse_number_text, Mismatch, Typed, Value};
 use crate::model::Interval;
-use crate::parse::pending::PendingListing;
+use super::pending::PendingListing;
 
 /// Where the value of a `data` field is read from: serde_json's map, or the scanner.
 pub(super) trait FieldValues<'de> {

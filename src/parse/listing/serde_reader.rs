@@ -8,8 +8,8 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use super::routing::{read_data_field, FieldValues};
 use crate::model::value::{BorrowedStr, Value};
 use crate::parse::document::seed_from_visitor;
-use crate::parse::general_info::GeneralInfo;
-use crate::parse::pending::PendingListing;
+use super::general_info::GeneralInfo;
+use super::pending::PendingListing;
 
 pub(super) struct ListingDocument<'a, 'de>(pub(super) &'a mut PendingListing<'de>);
 

@@ -3,7 +3,7 @@
 //! that the listing reader and the generalInfo reader can both fill it without importing each
 //! other.
 
-use super::document::{field_label, FieldPath};
+use crate::parse::document::{field_label, FieldPath};
 use crate::frames::{DriftRow, ListingRows};
 use crate::model::value::Mismatch;
 

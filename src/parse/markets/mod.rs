@@ -6,8 +6,8 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
-use super::scanner::Scanner;
+use crate::parse::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
+use crate::parse::scanner::Scanner;
 use crate::error::Error;
 use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};

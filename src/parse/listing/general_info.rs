@@ -7,9 +7,9 @@ use std::fmt;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
+use crate::parse::document::{compact_json, drift_on_non_objects, drift_on_scalars, seed_from_visitor};
 use super::pending::PendingListing;
-use super::scanner::Scanner;
+use crate::parse::scanner::Scanner;
 use crate::frames::listing::InfoRow;
 use crate::model::fields::{ScalarType, COMMUNITY_KEYS};
 use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
