@@ -1,18 +1,16 @@
-//! Markets bodies into the markets frame: read by the byte scanner (`scanner.rs`) first, as
-//! listings are, and by serde visitors when it declines anything (every error is theirs).
+//! Markets bodies into the markets frame, read by the byte scanner as listings are (an entry
+//! of the wrong type, a value that does not fit its column: drift rows; a body that is not
+//! JSON: an error worded by serde_json).
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-use crate::parse::document::{drift_on_non_objects, parse_document, seed_from_visitor, DecodeContext, FieldPath};
-use crate::parse::scanner::Scanner;
 use crate::error::Error;
 use crate::frames::{DriftRow, MarketRow, MarketsColumns, MarketsFrames};
 use crate::model::fields::{market_field_index, ScalarType, MARKET_FIELDS};
-use crate::model::value::{convert, BorrowedStr, Mismatch, Typed, Value};
+use crate::model::value::{convert, Mismatch, Typed, Value};
 use crate::model::Endpoint;
+use crate::parse::document::{DecodeContext, FieldPath};
+use crate::parse::scanner::{Scanner, Unit};
 use crate::short_bytes::same_bytes;
 
 /// One markets response body.
@@ -32,8 +30,9 @@ pub struct MarketsSummary {
     pub drifted: usize,
 }
 
+/// One body on its way through the reader.
 #[derive(Default)]
-struct PendingMarkets<'de> {
+pub(super) struct PendingMarkets<'de> {
     saw_data: bool,
     entries: Vec<MarketRow<'de>>,
     total: Option<i64>,
@@ -41,137 +40,18 @@ struct PendingMarkets<'de> {
     drift: Vec<DriftRow>,
 }
 
-impl PendingMarkets<'_> {
+impl<'de> PendingMarkets<'de> {
     fn drifted(&mut self, field: String, mismatch: Mismatch) {
         self.drift.push(DriftRow { field, mismatch });
     }
-}
 
-struct MarketsDocument<'a, 'de>(&'a mut PendingMarkets<'de>);
-
-seed_from_visitor!(MarketsDocument, deserialize_map);
-
-impl<'de> Visitor<'de> for MarketsDocument<'_, 'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object with `data` and `total`")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let pending = self.0;
-        while let Some(BorrowedStr(key)) = map.next_key()? {
-            match key.as_ref() {
-                "data" => {
-                    pending.field = Some(("", key));
-                    map.next_value_seed(MarketEntries(pending))?;
-                    pending.saw_data = true;
-                }
-                "total" => {
-                    pending.field = Some(("", key));
-                    let value: Value<'de> = map.next_value()?;
-                    read_total(pending, value);
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            pending.field = None;
+    /// Reading failed in `field`, unless a reader inside it said where first.
+    #[cold]
+    fn failed_in<T>(&mut self, field: impl Into<Cow<'de, str>>) -> Option<T> {
+        if self.field.is_none() {
+            self.field = Some(("", field.into()));
         }
-        Ok(())
-    }
-}
-
-struct MarketEntries<'a, 'de>(&'a mut PendingMarkets<'de>);
-
-seed_from_visitor!(MarketEntries, deserialize_seq);
-
-impl<'de> Visitor<'de> for MarketEntries<'_, 'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of market entries")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let pending = self.0;
-        let mut index = 0usize;
-        loop {
-            let mut entry =
-                MarketEntry { index, row: MarketsColumns::new_row(), field: None, drift: Vec::new(), is_object: false };
-            let element = seq.next_element_seed(&mut entry);
-            pending.drift.append(&mut entry.drift);
-            match element {
-                Ok(Some(())) if entry.is_object => pending.entries.push(entry.row),
-                Ok(Some(())) => {}
-                Ok(None) => return Ok(()),
-                Err(err) => {
-                    let label = match entry.field {
-                        Some(key) => format!("data[{index}].{key}"),
-                        None => format!("data[{index}]"),
-                    };
-                    pending.field = Some(("", Cow::Owned(label)));
-                    return Err(err);
-                }
-            }
-            index += 1;
-        }
-    }
-}
-
-/// One element of `data`: a market entry object, or (drift) anything else.
-struct MarketEntry<'de> {
-    index: usize,
-    row: MarketRow<'de>,
-    /// The key being read, for errors.
-    field: Option<Cow<'de, str>>,
-    drift: Vec<DriftRow>,
-    is_object: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for &mut MarketEntry<'de> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl MarketEntry<'_> {
-    fn unexpected(&mut self, found: String) {
-        let field = format!("data[{}]", self.index);
-        self.drift.push(DriftRow { field, mismatch: Mismatch { expected: "a market entry object", found } });
-    }
-}
-
-impl<'de> Visitor<'de> for &mut MarketEntry<'de> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a market entry object")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.unexpected("null".into());
-        Ok(())
-    }
-    drift_on_non_objects!();
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.is_object = true;
-        while let Some(BorrowedStr(key)) = map.next_key()? {
-            match market_field_index(&key) {
-                Some(index) => {
-                    self.field = Some(key);
-                    let value: Value<'de> = map.next_value()?;
-                    match convert(value, MARKET_FIELDS[index].2) {
-                        Ok(typed) => self.row[index] = typed,
-                        Err(mismatch) => {
-                            let key = self.field.as_deref().unwrap_or_default();
-                            let field = format!("data[{}].{key}", self.index);
-                            self.drift.push(DriftRow { field, mismatch });
-                        }
-                    }
-                    self.field = None;
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
+        None
     }
 }
 
@@ -187,63 +67,164 @@ fn read_total<'de>(pending: &mut PendingMarkets<'de>, value: Value<'de>) {
     };
 }
 
-/// The fast path (the listing's byte scanner) over a markets body: `data` an array of entry
-/// objects of scalar values. `None` at anything else (an element that is not an object, a
-/// nested value, an escaped key, invalid JSON) leaves the body to serde_json, and `pending`
-/// must then be thrown away. It writes the rows and drift rows the visitors would, held equal
-/// by the property tests.
-fn scan_markets<'de>(body: &'de [u8], pending: &mut PendingMarkets<'de>) -> Option<()> {
-    let mut scanner = Scanner::new(body);
-    scanner.object(|scanner, key| {
-        match key {
-            "data" => {
-                scanner.array(|scanner| {
-                    if !scanner.at_object() {
-                        return None;
+/// A markets body read by the scanner into `pending`. `None` if it is not JSON (the scanner's
+/// failure and `pending.field` say where); `pending` is then thrown away.
+fn read_markets<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>) -> Option<()> {
+    scanner.unit(Unit::Document("a JSON object with `data` and `total`"), |scanner| {
+        scanner.object(|scanner, key| {
+            match key.as_ref() {
+                "data" => {
+                    if scanner.colon().and_then(|()| read_entries(scanner, pending)).is_none() {
+                        return pending.failed_in(key);
                     }
-                    let index = pending.entries.len();
+                    pending.saw_data = true;
+                }
+                "total" => {
+                    let Some(value) = scanner.colon().and_then(|()| scanner.unit(Unit::Value, Scanner::value)) else {
+                        return pending.failed_in(key);
+                    };
+                    read_total(pending, value);
+                }
+                _ => {
+                    scanner.colon()?;
+                    scanner.unit(Unit::Ignored, Scanner::skip)?;
+                }
+            }
+            Some(())
+        })?;
+        scanner.finish()
+    })
+}
+
+/// `data`: an array of market entries.
+fn read_entries<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>) -> Option<()> {
+    // The element being read, or the next one (a failure between elements is the next one's).
+    let mut index = 0;
+    let mut opened = false;
+    let read = scanner.unit(Unit::Array("an array of market entries"), |scanner| {
+        if !scanner.at_array() {
+            return None;
+        }
+        opened = true;
+        scanner.array(|scanner| {
+            read_entry(scanner, pending, index)?;
+            index += 1;
+            Some(())
+        })
+    });
+    if read.is_none() && opened {
+        return pending.failed_in(format!("data[{index}]"));
+    }
+    read
+}
+
+/// One element of `data`: a market entry object, or (a drift row) anything else.
+fn read_entry<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>, index: usize) -> Option<()> {
+    scanner.unit(Unit::Any, |scanner| match scanner.peek()? {
+        b'{' => {
+            let mut row = MarketsColumns::new_row();
+            // Entries list their keys in one order: the key after the last is tried first.
+            let mut expected = 0;
+            scanner.object(|scanner, key| {
+                let column = match MARKET_FIELDS.get(expected) {
+                    Some((wire, _, _)) if same_bytes(wire.as_bytes(), key.as_bytes()) => Some(expected),
+                    _ => market_field_index(&key),
+                };
+                let Some(column) = column else {
+                    scanner.colon()?;
+                    return scanner.unit(Unit::Ignored, Scanner::skip);
+                };
+                expected = column + 1;
+                if read_entry_field(scanner, pending, &mut row, column, index).is_none() {
+                    return pending.failed_in(format!("data[{index}].{key}"));
+                }
+                Some(())
+            })?;
+            pending.entries.push(row);
+            Some(())
+        }
+        _ => {
+            let found = if scanner.at_array() {
+                scanner.array(Scanner::skip)?;
+                "an array".into()
+            } else {
+                scanner.value()?.excerpt()
+            };
+            let mismatch = Mismatch { expected: "a market entry object", found };
+            pending.drifted(format!("data[{index}]"), mismatch);
+            Some(())
+        }
+    })
+}
+
+/// A known field of a market entry: the commonest values straight to their cells, as `convert`
+/// would store them (held equal by the property tests); the rest through `convert`.
+#[inline]
+fn read_entry_field<'de>(
+    scanner: &mut Scanner<'de>,
+    pending: &mut PendingMarkets<'de>,
+    row: &mut MarketRow<'de>,
+    column: usize,
+    index: usize,
+) -> Option<()> {
+    scanner.colon()?;
+    match MARKET_FIELDS[column].2 {
+        ScalarType::F64 if scanner.at_number() => {
+            row[column] = Typed::F64(scanner.unit(Unit::Value, Scanner::number_as_f64)?);
+        }
+        ScalarType::Str if scanner.at_string() => row[column] = Typed::Str(scanner.unit(Unit::Value, Scanner::string)?),
+        target => match convert(scanner.unit(Unit::Value, Scanner::value)?, target) {
+            Ok(typed) => row[column] = typed,
+            Err(mismatch) => pending.drifted(format!("data[{index}].{}", MARKET_FIELDS[column].0), mismatch),
+        },
+    }
+    Some(())
+}
+
+/// The reference the reader is held to, in tests only: a markets body read by serde_json part
+/// by part (each value a `Value`, what is skipped a `RawValue`); `None` where serde_json fails it.
+#[cfg(test)]
+pub(super) fn reference(body: &str) -> Option<PendingMarkets<'_>> {
+    use serde_json::value::RawValue;
+
+    use crate::parse::listing::reference::Members;
+
+    fn value(raw: &RawValue) -> Option<Value<'_>> {
+        serde_json::from_str(raw.get()).ok()
+    }
+    let mut pending = PendingMarkets::default();
+    let top: Members<'_> = serde_json::from_str(body).ok()?;
+    for (key, raw) in top.0 {
+        match key.as_ref() {
+            "data" => {
+                let elements: Vec<&RawValue> = serde_json::from_str(raw.get()).ok()?;
+                for (index, element) in elements.into_iter().enumerate() {
+                    let text = element.get();
+                    if !text.starts_with('{') {
+                        let found = if text.starts_with('[') { "an array".into() } else { value(element)?.excerpt() };
+                        pending
+                            .drifted(format!("data[{index}]"), Mismatch { expected: "a market entry object", found });
+                        continue;
+                    }
+                    let members: Members<'_> = serde_json::from_str(text).ok()?;
                     let mut row = MarketsColumns::new_row();
-                    // Entries list their keys in one order: the key after the last is tried first.
-                    let mut expected = 0;
-                    scanner.object(|scanner, key| {
-                        let column = match MARKET_FIELDS.get(expected) {
-                            Some((wire, _, _)) if same_bytes(wire.as_bytes(), key.as_bytes()) => Some(expected),
-                            _ => market_field_index(key),
-                        };
-                        let Some(column) = column else {
-                            return scanner.skip();
-                        };
-                        expected = column + 1;
-                        // The commonest values straight to their cells, as `convert` would store them
-                        // (held equal by the property tests); the rest through `convert`.
-                        match MARKET_FIELDS[column].2 {
-                            ScalarType::F64 if scanner.at_number() => {
-                                row[column] = Typed::F64(scanner.number_as_f64()?);
-                            }
-                            ScalarType::Str if scanner.at_string() => {
-                                row[column] = Typed::Str(scanner.string()?);
-                            }
-                            target => match convert(scanner.value()?, target) {
+                    for (key, raw) in members.0 {
+                        if let Some(column) = market_field_index(&key) {
+                            match convert(value(raw)?, MARKET_FIELDS[column].2) {
                                 Ok(typed) => row[column] = typed,
                                 Err(mismatch) => pending.drifted(format!("data[{index}].{key}"), mismatch),
-                            },
+                            }
                         }
-                        Some(())
-                    })?;
+                    }
                     pending.entries.push(row);
-                    Some(())
-                })?;
+                }
                 pending.saw_data = true;
             }
-            "total" => {
-                let value = scanner.value()?;
-                read_total(pending, value);
-            }
-            _ => scanner.skip()?,
+            "total" => read_total(&mut pending, value(raw)?),
+            _ => {}
         }
-        Some(())
-    })?;
-    scanner.finish()
+    }
+    Some(pending)
 }
 
 /// Parses markets bodies into the columns of the markets frame.
@@ -259,24 +240,32 @@ impl MarketsBuilder {
 
     /// Parses one markets body and appends its entries. On error nothing is appended.
     pub fn append(&mut self, input: &MarketsBody<'_>) -> Result<MarketsSummary, Error> {
-        self.read_and_append(input, true)
-    }
-
-    /// `append` without the fast scanner: what the scanner's results must equal.
-    #[cfg(test)]
-    pub(super) fn append_with_serde_only(&mut self, input: &MarketsBody<'_>) -> Result<MarketsSummary, Error> {
-        self.read_and_append(input, false)
-    }
-
-    fn read_and_append(&mut self, input: &MarketsBody<'_>, scan_first: bool) -> Result<MarketsSummary, Error> {
         let context = DecodeContext { endpoint: Endpoint::Markets, token: Some(input.token), body: input.body };
         let mut pending = PendingMarkets::default();
-        if !scan_first || scan_markets(input.body, &mut pending).is_none() {
-            pending = PendingMarkets::default();
-            if let Err(err) = parse_document(input.body, MarketsDocument(&mut pending)) {
-                return Err(context.json_error(&err, &pending.field));
-            }
+        let mut scanner = Scanner::new(input.body);
+        if read_markets(&mut scanner, &mut pending).is_none() {
+            return Err(context.invalid(scanner.failure(), &pending.field));
         }
+        self.append_pending(&context, input, pending)
+    }
+
+    /// Appends rows read another way (the reference of the property tests), as `append` would.
+    #[cfg(test)]
+    pub(super) fn append_read(
+        &mut self,
+        input: &MarketsBody<'_>,
+        pending: PendingMarkets<'_>,
+    ) -> Result<MarketsSummary, Error> {
+        let context = DecodeContext { endpoint: Endpoint::Markets, token: Some(input.token), body: input.body };
+        self.append_pending(&context, input, pending)
+    }
+
+    fn append_pending(
+        &mut self,
+        context: &DecodeContext<'_>,
+        input: &MarketsBody<'_>,
+        pending: PendingMarkets<'_>,
+    ) -> Result<MarketsSummary, Error> {
         if !pending.saw_data {
             return Err(context.error(None, None, "the response has no `data` array"));
         }
@@ -298,22 +287,6 @@ impl MarketsBuilder {
 mod tests {
     use super::*;
     use crate::frames::test_columns::{floats, strings};
-
-    /// The differential tests would pass vacuously if the scanner declined every body.
-    #[test]
-    fn the_scanner_reads_realistic_bodies_whole() {
-        #[cfg_attr(not(feature = "sandbox"), allow(unused_mut))]
-        let mut bodies = vec![br#"{"data": [{"id": "1", "exchangeName": "Binance", "marketPair": "BTC/USDT", "price": 64000.1, "extra": [1, {"a": null}]}], "total": 5}"#.to_vec()];
-        #[cfg(feature = "sandbox")]
-        bodies.extend(["bitcoin", "token-7"].iter().map(|token| {
-            crate::sandbox::body(3, crate::model::Endpoint::Markets, token, 1_795_392_000_000).into_bytes()
-        }));
-        for body in &bodies {
-            let mut pending = PendingMarkets::default();
-            assert!(scan_markets(body, &mut pending).is_some());
-            assert!(pending.saw_data && !pending.entries.is_empty());
-        }
-    }
 
     #[test]
     fn markets_split_pairs_and_report_total() {
