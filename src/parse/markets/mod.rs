@@ -69,12 +69,12 @@ fn read_total<'de>(pending: &mut PendingMarkets<'de>, value: Value<'de>) {
 
 /// A markets body read by the scanner into `pending`. `None` if it is not JSON (the scanner's
 /// failure and `pending.field` say where); `pending` is then thrown away.
-fn read_markets<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>) -> Option<()> {
+fn read_markets<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>, keys: &[Box<[u8]>]) -> Option<()> {
     scanner.unit(Unit::Document("a JSON object with `data` and `total`"), |scanner| {
         scanner.object(|scanner, key| {
             match key.as_ref() {
                 "data" => {
-                    if scanner.colon().and_then(|()| read_entries(scanner, pending)).is_none() {
+                    if scanner.colon().and_then(|()| read_entries(scanner, pending, keys)).is_none() {
                         return pending.failed_in(key);
                     }
                     pending.saw_data = true;
@@ -97,7 +97,7 @@ fn read_markets<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'d
 }
 
 /// `data`: an array of market entries.
-fn read_entries<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>) -> Option<()> {
+fn read_entries<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>, keys: &[Box<[u8]>]) -> Option<()> {
     // The element being read, or the next one (a failure between elements is the next one's).
     let mut index = 0;
     let mut opened = false;
@@ -107,7 +107,7 @@ fn read_entries<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'d
         }
         opened = true;
         scanner.array(|scanner| {
-            read_entry(scanner, pending, index)?;
+            read_entry(scanner, pending, keys, index)?;
             index += 1;
             Some(())
         })
@@ -118,47 +118,66 @@ fn read_entries<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'d
     read
 }
 
+/// Each market field's wire key followed by `":`, as `Scanner::key_if` compares them.
+fn keys_with_colon() -> Vec<Box<[u8]>> {
+    MARKET_FIELDS.iter().map(|(wire, _, _)| [wire.as_bytes(), b"\":"].concat().into_boxed_slice()).collect()
+}
+
 /// One element of `data`: a market entry object, or (a drift row) anything else.
-fn read_entry<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'de>, index: usize) -> Option<()> {
-    scanner.unit(Unit::Any, |scanner| match scanner.peek()? {
-        b'{' => {
-            let mut row = MarketsColumns::new_row();
-            // Entries list their keys in one order: the key after the last is tried first.
-            let mut expected = 0;
-            scanner.object(|scanner, key| {
-                let column = match MARKET_FIELDS.get(expected) {
-                    Some((wire, _, _)) if same_bytes(wire.as_bytes(), key.as_bytes()) => Some(expected),
-                    _ => market_field_index(&key),
-                };
-                let Some(column) = column else {
-                    scanner.colon()?;
-                    return scanner.unit(Unit::Ignored, Scanner::skip);
-                };
-                expected = column + 1;
-                if read_entry_field(scanner, pending, &mut row, column, index).is_none() {
-                    return pending.failed_in(format!("data[{index}].{key}"));
-                }
-                Some(())
-            })?;
-            pending.entries.push(row);
-            Some(())
-        }
-        _ => {
+fn read_entry<'de>(
+    scanner: &mut Scanner<'de>,
+    pending: &mut PendingMarkets<'de>,
+    keys: &[Box<[u8]>],
+    index: usize,
+) -> Option<()> {
+    scanner.unit(Unit::Any, |scanner| {
+        if !scanner.at_object() {
             let found = if scanner.at_array() {
                 scanner.array(Scanner::skip)?;
                 "an array".into()
             } else {
                 scanner.value()?.excerpt()
             };
-            let mismatch = Mismatch { expected: "a market entry object", found };
-            pending.drifted(format!("data[{index}]"), mismatch);
-            Some(())
+            pending.drifted(format!("data[{index}]"), Mismatch { expected: "a market entry object", found });
+            return Some(());
         }
+        let mut row = MarketsColumns::new_row();
+        // Entries list their keys in one order: the key after the last is tried first, in place
+        // with its colon.
+        let mut expected = 0;
+        scanner.members(|scanner, _| {
+            let column = match keys.get(expected).and_then(|key| scanner.key_if(key)) {
+                Some(_) => expected,
+                None => {
+                    let key = scanner.key()?;
+                    let column = match MARKET_FIELDS.get(expected) {
+                        Some((wire, _, _)) if same_bytes(wire.as_bytes(), key.as_bytes()) => Some(expected),
+                        _ => market_field_index(&key),
+                    };
+                    let Some(column) = column else {
+                        scanner.colon()?;
+                        return scanner.unit(Unit::Ignored, Scanner::skip);
+                    };
+                    if scanner.colon().is_none() {
+                        return pending.failed_in(format!("data[{index}].{}", MARKET_FIELDS[column].0));
+                    }
+                    column
+                }
+            };
+            expected = column + 1;
+            if read_entry_field(scanner, pending, &mut row, column, index).is_none() {
+                return pending.failed_in(format!("data[{index}].{}", MARKET_FIELDS[column].0));
+            }
+            Some(())
+        })?;
+        pending.entries.push(row);
+        Some(())
     })
 }
 
-/// A known field of a market entry: the commonest values straight to their cells, as `convert`
-/// would store them (held equal by the property tests); the rest through `convert`.
+/// A known field of a market entry, after its colon: the commonest values straight to their
+/// cells, as `convert` would store them (held equal by the property tests); the rest through
+/// `convert`.
 #[inline]
 fn read_entry_field<'de>(
     scanner: &mut Scanner<'de>,
@@ -167,7 +186,6 @@ fn read_entry_field<'de>(
     column: usize,
     index: usize,
 ) -> Option<()> {
-    scanner.colon()?;
     match MARKET_FIELDS[column].2 {
         ScalarType::F64 if scanner.at_number() => {
             row[column] = Typed::F64(scanner.unit(Unit::Value, Scanner::number_as_f64)?);
@@ -230,12 +248,14 @@ pub(super) fn reference(body: &str) -> Option<PendingMarkets<'_>> {
 /// Parses markets bodies into the columns of the markets frame.
 pub struct MarketsBuilder {
     columns: MarketsColumns,
+    /// `keys_with_colon`, made once.
+    keys: Vec<Box<[u8]>>,
 }
 
 impl MarketsBuilder {
     /// `entries` is a capacity hint.
     pub fn new(entries: usize) -> Self {
-        Self { columns: MarketsColumns::new(entries) }
+        Self { columns: MarketsColumns::new(entries), keys: keys_with_colon() }
     }
 
     /// Parses one markets body and appends its entries. On error nothing is appended.
@@ -243,7 +263,7 @@ impl MarketsBuilder {
         let context = DecodeContext { endpoint: Endpoint::Markets, token: Some(input.token), body: input.body };
         let mut pending = PendingMarkets::default();
         let mut scanner = Scanner::new(input.body);
-        if read_markets(&mut scanner, &mut pending).is_none() {
+        if read_markets(&mut scanner, &mut pending, &self.keys).is_none() {
             return Err(context.invalid(scanner.failure(), &pending.field));
         }
         self.append_pending(&context, input, pending)
