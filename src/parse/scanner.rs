@@ -162,9 +162,10 @@ impl<'de> Scanner<'de> {
 
     /// Reads one unit with `read`; if it fails, records the unit (unless a unit inside it was
     /// recorded first).
+    /// (The unit starts where the scanner stands, whitespace before it included: serde_json
+    /// skips it as the reader does.)
     #[inline]
     pub fn unit<T>(&mut self, unit: Unit, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
-        self.skip_whitespace();
         let start = self.pos;
         let read = read(self);
         if read.is_none() {
@@ -321,7 +322,7 @@ impl<'de> Scanner<'de> {
     /// The member's key and its colon if they are `expected`: a key without escapes followed by
     /// `":`, compared in place in one run, without looking for the closing quote first. `None`,
     /// having read nothing, if they are not (also where whitespace stands before the colon).
-    #[inline]
+    #[inline(always)]
     pub fn key_if(&mut self, expected: &[u8]) -> Option<&'de str> {
         self.skip_whitespace();
         let start = self.pos + 1;
