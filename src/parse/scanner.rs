@@ -184,7 +184,7 @@ impl<'de> Scanner<'de> {
         self.failure
     }
 
-    /// A sub-scanner's view: the text of the value that starts at `start` and ends here.
+    /// The text from `start` to here (a value just skipped).
     pub fn slice_from(&self, start: usize) -> &'de [u8] {
         &self.bytes[start..self.pos]
     }
@@ -882,7 +882,7 @@ mod tests {
             "0.000000000000000000000000000001",
         ] {
             assert_eq!(scan(text), serde(text), "{text}");
-            assert!(scan(text).is_some(), "{text} should take the fast path");
+            assert!(scan(text).is_some(), "{text} should be read");
         }
     }
 
@@ -951,10 +951,10 @@ mod tests {
             r#"["x\"y", null, "plain"]"#,
         ] {
             let scanned = scan(text);
-            assert!(scanned.is_some(), "{text}: the scanner declined");
+            assert!(scanned.is_some(), "{text}: the scanner failed");
             assert_eq!(scanned, serde(text), "{text}");
         }
-        // serde_json rejects these; the scanner leaves them to it.
+        // serde_json rejects these, and so does the scanner.
         for text in [r#""\ud800""#, r#""\udc00 low""#, r#""\ud800\u0041""#, r#""\x41""#, r#""\u12g4""#, r#""\u12""#] {
             assert!(scan(text).is_none() && serde(text).is_none(), "{text}");
         }

@@ -86,8 +86,8 @@ fn read_info_field<'de>(
 
 /// `generalInfo.community`: an object of links, null, or (a drift row) anything else.
 fn read_community<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingListing<'de>) -> Option<()> {
-    // A failure is named by the link being read, or the last one read (as serde_json's visitor
-    // named it), else by `community`.
+    // A failure is named by the link being read, or the last one read (as the serde visitors
+    // before the one reader named it), else by `community`.
     let mut last_link: Option<Cow<'de, str>> = None;
     let read = scanner.unit(Unit::Any, |scanner| match scanner.peek()? {
         b'n' => scanner.null(),

@@ -224,7 +224,7 @@ fn read_routed_field<'de>(
 }
 
 /// Reading a field of `data` failed: the error names the field, or `data` for a field nobody
-/// reads (as serde_json's visitors named them).
+/// reads (as the serde visitors before the one reader named them).
 #[cold]
 fn failed_in_field<'de>(pending: &mut PendingListing<'de>, ignored: bool, key: impl Into<Cow<'de, str>>) -> Option<()> {
     if ignored {
