@@ -69,32 +69,6 @@ impl Typed<'_> {
     }
 }
 
-/// A map key or string that borrows from the body when it can (serde's own `Cow<str>` always
-/// allocates).
-pub struct BorrowedStr<'de>(pub Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for BorrowedStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor;
-        impl<'de> Visitor<'de> for StrVisitor {
-            type Value = BorrowedStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(BorrowedStr(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(BorrowedStr(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(BorrowedStr(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(StrVisitor)
-    }
-}
-
 /// One element of an array: a string, a null, or anything else (consumed and flagged).
 enum Element<'de> {
     Str(Cow<'de, str>),

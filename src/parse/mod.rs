@@ -3,10 +3,8 @@
 
 pub mod batch;
 mod document;
-mod general_info;
 pub mod listing;
 pub mod markets;
-mod pending;
 #[cfg(test)]
 mod proptests;
 mod scanner;

@@ -1,29 +1,31 @@
 //! Listing bodies into the listing frames.
 //!
-//! A body is read twice at most. First by the fast path (`fast_path.rs`, on the byte scanner),
-//! which handles the shape nearly every body has; if it declines anything, by the serde reader
-//! (`serde_reader.rs`), which reads every valid body and says where an invalid one goes wrong.
-//! Both look at each key once and route it by the field catalogue (`routing.rs`): scalar fields
-//! converted to their column type, interval-suffixed fields routed by the JSON type of their
-//! value into the long frames, everything else skipped without being built (the fast path's two
-//! shortcuts write the rows routing would, held equal by the differential tests). The rows of
-//! one body are collected first (borrowing strings from the body) and appended here only when
-//! the whole body parsed, so a malformed body leaves no partial rows behind.
+//! One reader (`reader.rs` and `general_info.rs`, on the byte scanner) reads every valid body
+//! whole, looking at each key once and routing it by the field catalogue (`routing.rs`): scalar
+//! fields converted to their column type, interval-suffixed fields routed by the JSON type of
+//! their value into the long frames, everything else skipped without being built. A value of
+//! the wrong type becomes a null cell and a drift row; only a body that is not JSON fails, its
+//! error worded by serde_json (`document.rs`). The rows of one body are collected first
+//! (borrowing strings from the body) and appended here only when the whole body was read, so
+//! a malformed body leaves no partial rows behind.
 
-mod fast_path;
+mod general_info;
+mod pending;
+mod reader;
+#[cfg(test)]
+pub(super) mod reference;
 mod routing;
-mod serde_reader;
 
 use std::borrow::Cow;
 
-use super::document::{parse_document, DecodeContext};
-use super::pending::PendingListing;
+use super::document::DecodeContext;
+use super::scanner::Scanner;
 use crate::error::Error;
 use crate::frames::{DriftRow, ListingColumns, ListingFrames, ListingRows};
 use crate::model::value::{excerpt, Mismatch, Typed};
 use crate::model::Endpoint;
-use fast_path::{scan_listing, KeyShape};
-use serde_reader::ListingDocument;
+use pending::PendingListing;
+use reader::{read_listing, KeyShape};
 
 /// One listing response body and what is known about it.
 #[derive(Clone, Copy, Debug)]
@@ -53,19 +55,14 @@ impl ListingBuilder {
     /// Parses one listing body and appends its rows. Returns the token the rows carry.
     /// On error nothing is appended.
     pub fn append(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
-        self.read_and_append(input, true)
-    }
-
-    /// `append`, with the fast scanner tried first or not at all.
-    fn read_and_append(&mut self, input: &ListingBody<'_>, scan_first: bool) -> Result<String, Error> {
         let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
         let rows = self.spare_rows.take().map_or_else(ListingRows::default, ListingRows::recycle);
         let mut pending = PendingListing::new(rows);
-        if !scan_first || scan_listing(input.body, &mut pending, &mut self.shape).is_none() {
-            pending = PendingListing::new(pending.rows.recycle());
-            if let Err(err) = parse_document(input.body, ListingDocument(&mut pending)) {
-                return Err(context.json_error(&err, &pending.field));
-            }
+        let mut scanner = Scanner::new(input.body);
+        if read_listing(&mut scanner, &mut pending, &mut self.shape).is_none() {
+            let error = context.invalid(scanner.failure(), &pending.field);
+            self.spare_rows = Some(pending.rows.recycle());
+            return Err(error);
         }
         self.finish_body(&context, input, pending)
     }
@@ -109,6 +106,20 @@ impl ListingBuilder {
         Ok(token)
     }
 
+    /// Appends rows read another way (the reference of the property tests), as `append` would.
+    #[cfg(test)]
+    pub(super) fn append_rows(
+        &mut self,
+        input: &ListingBody<'_>,
+        saw_data: bool,
+        rows: ListingRows<'_>,
+    ) -> Result<String, Error> {
+        let context = DecodeContext { endpoint: Endpoint::Listing, token: input.token, body: input.body };
+        let mut pending = PendingListing::new(rows);
+        pending.saw_data = saw_data;
+        self.finish_body(&context, input, pending)
+    }
+
     pub fn finish(self) -> ListingFrames {
         self.columns.finish()
     }
@@ -118,19 +129,6 @@ impl ListingBuilder {
     pub fn misrouted(&self) -> Option<&str> {
         self.misrouted.as_deref()
     }
-
-    /// Whether the fast path reads `body` whole (with the keys of the bodies before), so the
-    /// differential tests can check they do not pass vacuously.
-    #[cfg(test)]
-    pub(super) fn reads_on_the_fast_path(&mut self, body: &[u8]) -> bool {
-        scan_listing(body, &mut PendingListing::new(ListingRows::default()), &mut self.shape).is_some()
-    }
-
-    /// `append` without the fast scanner: what the scanner's results must equal.
-    #[cfg(test)]
-    pub(super) fn append_with_serde_only(&mut self, input: &ListingBody<'_>) -> Result<String, Error> {
-        self.read_and_append(input, false)
-    }
 }
 
 #[cfg(test)]
@@ -138,31 +136,6 @@ mod tests {
     use super::*;
     use crate::frames::test_columns::{floats, strings};
     use crate::model::fields::SNAPSHOT_FIELDS;
-
-    /// The differential tests compare the scanner with serde_json; they would pass vacuously if
-    /// the scanner declined every body, so realistic bodies must be read by the scanner alone.
-    #[test]
-    fn the_scanner_reads_realistic_bodies_whole() {
-        // Each has a generalInfo with chains (the sample's empty).
-        #[cfg(feature = "sandbox")]
-        let sandbox: Vec<Vec<u8>> = ["bitcoin", "token-7"]
-            .iter()
-            .map(|token| {
-                crate::sandbox::body(3, crate::model::Endpoint::Listing, token, 1_795_392_000_000).into_bytes()
-            })
-            .collect();
-        #[cfg(not(feature = "sandbox"))]
-        let sandbox: Vec<Vec<u8>> = Vec::new();
-        for body in std::iter::once(crate::model::samples::LISTING).chain(sandbox.iter().map(Vec::as_slice)) {
-            let mut pending = PendingListing::new(ListingRows::default());
-            assert!(scan_listing(body, &mut pending, &mut KeyShape::default()).is_some());
-            assert!(pending.rows.info.chains.is_some());
-        }
-        // Escaped strings (a name with quotes, a description in \u escapes) stay on the fast path.
-        let escaped = br#"{"data":{"id":"x","name":"The \"X\" coin","categories":["Z\u00fcrich"]},"generalInfo":{"description":"\u2713 caf\u00e9 \ud83d\ude00","chains":[]}}"#;
-        let mut pending = PendingListing::new(ListingRows::default());
-        assert!(scan_listing(escaped, &mut pending, &mut KeyShape::default()).is_some());
-    }
 
     const LISTING: &str = r#"{
       "data": {

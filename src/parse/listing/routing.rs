@@ -1,25 +1,13 @@
-//! Where each field of `data` goes, whichever reader reads it: the catalogue decides from the
-//! key alone (`route_of`), and `read_routed_field` reads the value through `FieldValues` (serde's
-//! map or the scanner) and converts it to its column type or its long frame by its JSON type.
-//! Both readers share this file, so the two cannot route a field differently.
+//! Where each field of `data` goes: the catalogue decides from the key alone (`route_of`), and
+//! `route_suffixed` puts an interval-suffixed field's value in its long frame by its JSON type.
 
 use std::borrow::Cow;
 
 use crate::frames::listing::Name;
 use crate::frames::ListingRows;
-use crate::model::fields::{
-    classify_data_key, unknown_pattern_family, DataKey, FamilyKind, ScalarType, SuffixedKey, SNAPSHOT_FIELDS,
-};
+use crate::model::fields::{classify_data_key, unknown_pattern_family, DataKey, FamilyKind, ScalarType, SuffixedKey};
 use crate::model::value::{convert, parse_number_text, Mismatch, Typed, Value};
 use crate::model::Interval;
-use crate::parse::pending::PendingListing;
-
-/// Where the value of a `data` field is read from: serde_json's map, or the scanner.
-pub(super) trait FieldValues<'de> {
-    type Error;
-    fn value(&mut self) -> Result<Value<'de>, Self::Error>;
-    fn skip(&mut self) -> Result<(), Self::Error>;
-}
 
 /// Where the value of a `data` key goes, decided from the key alone (and detached from it, so
 /// the key can move into `PendingListing::field`).
@@ -40,52 +28,8 @@ pub(super) fn route_of(key: &str) -> FieldRoute {
     }
 }
 
-/// One field of `data`, whichever reader reads it: the catalogue decides where its value goes.
-pub(super) fn read_data_field<'de, V: FieldValues<'de>>(
-    pending: &mut PendingListing<'de>,
-    key: Cow<'de, str>,
-    values: &mut V,
-) -> Result<(), V::Error> {
-    let route = route_of(&key);
-    read_routed_field(pending, route, key, values)
-}
-
-pub(super) fn read_routed_field<'de, V: FieldValues<'de>>(
-    pending: &mut PendingListing<'de>,
-    route: FieldRoute,
-    key: Cow<'de, str>,
-    values: &mut V,
-) -> Result<(), V::Error> {
-    match route {
-        FieldRoute::Snapshot(index) => {
-            pending.field = Some(("data", key));
-            let value = values.value()?;
-            match convert(value, SNAPSHOT_FIELDS[index].1) {
-                Ok(typed) => Typed::store(&mut pending.rows.scalars[index], typed),
-                Err(mismatch) => pending.drifted(mismatch),
-            }
-        }
-        FieldRoute::Suffixed(suffixed) => {
-            pending.field = Some(("data", key));
-            let value = values.value()?;
-            if let Err(mismatch) = route_suffixed(&mut pending.rows, suffixed, value) {
-                pending.drifted(mismatch);
-            }
-        }
-        FieldRoute::UnknownInterval(found) => {
-            pending.field = Some(("data", key));
-            values.skip()?;
-            pending.drifted(Mismatch { expected: INTERVAL_NAMES, found });
-        }
-        FieldRoute::Ignored => values.skip()?,
-    }
-    // Between keys the error still belongs to `data`.
-    pending.field = Some(("", Cow::Borrowed("data")));
-    Ok(())
-}
-
 /// What an interval suffix must be, for drift rows.
-const INTERVAL_NAMES: &str = "an interval of 5m, 15m, 1h, 4h, 24h or 1w";
+pub(super) const INTERVAL_NAMES: &str = "an interval of 5m, 15m, 1h, 4h, 24h or 1w";
 
 /// A suffixed key detached from the key's lifetime, so the key can move into `field`.
 pub(super) enum OwnedSuffixed {
@@ -109,7 +53,11 @@ fn own_suffixed(key: SuffixedKey<'_>) -> OwnedSuffixed {
 /// arrays -> patterns. Known families are read tolerantly (a number in a string is still an
 /// indicator) and strictly (a boolean or object where a known family belongs does not fit, and
 /// becomes a drift row); values of unknown families that fit no frame are left to `Frames.raw`.
-fn route_suffixed<'de>(rows: &mut ListingRows<'de>, key: OwnedSuffixed, value: Value<'de>) -> Result<(), Mismatch> {
+pub(super) fn route_suffixed<'de>(
+    rows: &mut ListingRows<'de>,
+    key: OwnedSuffixed,
+    value: Value<'de>,
+) -> Result<(), Mismatch> {
     let (name, kind, interval) = match key {
         OwnedSuffixed::TaUpdated(interval) => {
             let millis = match convert(value, ScalarType::Datetime) {
