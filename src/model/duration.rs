@@ -39,6 +39,8 @@ pub fn parse_seconds(text: &str) -> Result<f64, &'static str> {
 /// `seconds` as the grammar writes it, in its largest unit that holds it whole: `7d`, `90m`,
 /// `45s`, `250ms`; a single day is `24h`, as the service's interval is. What no unit holds whole
 /// (less than a millisecond) is plain seconds, which the grammar reads too.
+// Only the bindings write durations back (the plain core reads them).
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub fn format_seconds(seconds: f64) -> String {
     let ms = (seconds * 1000.0).round();
     if (1.0..1e15).contains(&ms) && (ms / 1000.0 - seconds).abs() <= 1e-9 * seconds.abs().max(1.0) {

@@ -19,6 +19,8 @@ pub enum Indicator {
 }
 
 /// Every kind of indicator by its name: `defilens.ta`'s functions and `_core.ta_series`'s `kind`.
+// Read by the bindings only.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub const KINDS: [&str; 4] = ["rsi", "sma", "bbands", "macd"];
 
 impl Indicator {
