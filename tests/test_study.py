@@ -299,6 +299,7 @@ def test_the_evaluation_refuses_what_it_cannot_judge(walks: Walks) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # builds nineteen of the twenty walks: 300 s ran out once at load 8 beside a build
 def test_no_signal_works_on_a_random_walk(walks: Walks) -> None:
     """RSI, %b and a bullish pattern on twenty Sandbox random walks: the IC is near zero and the
     overlap-corrected t-statistic within ±2 in at least 18 of 20 seeds at each horizon."""
