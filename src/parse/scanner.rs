@@ -319,6 +319,13 @@ impl<'de> Scanner<'de> {
         self.eat(b':')
     }
 
+    /// A member no reader wants, after its key: the colon, then its value skipped (and checked,
+    /// as serde_json's `IgnoredAny` checks what it ignores).
+    pub fn skip_member(&mut self) -> Option<()> {
+        self.colon()?;
+        self.unit(Unit::Ignored, Scanner::skip)
+    }
+
     /// The member's key and its colon if they are `expected`: a key without escapes followed by
     /// `":`, compared in place in one run, without looking for the closing quote first. `None`,
     /// having read nothing, if they are not (also where whitespace stands before the colon).

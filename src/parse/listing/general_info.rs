@@ -105,10 +105,7 @@ fn read_community<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingListing<
                 };
                 Some(())
             }
-            None => {
-                scanner.colon()?;
-                scanner.unit(Unit::Ignored, Scanner::skip)
-            }
+            None => scanner.skip_member(),
         }),
         _ => {
             let found = not_an_object(scanner)?;
@@ -147,10 +144,7 @@ fn read_chains(scanner: &mut Scanner<'_>, pending: &mut PendingListing<'_>) -> O
             Some(())
         }
         b'{' => {
-            scanner.object(|scanner, _| {
-                scanner.colon()?;
-                scanner.unit(Unit::Ignored, Scanner::skip)
-            })?;
+            scanner.object(|scanner, _| scanner.skip_member())?;
             let found = "an object".into();
             pending.drifted("generalInfo", "chains", Mismatch { expected: "an array of chain objects", found });
             Some(())

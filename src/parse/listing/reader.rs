@@ -286,10 +286,7 @@ pub(super) fn read_listing<'de>(
                         return pending.failed_in("", key);
                     }
                 }
-                _ => {
-                    scanner.colon()?;
-                    scanner.unit(Unit::Ignored, Scanner::skip)?;
-                }
+                _ => scanner.skip_member()?,
             }
             Some(())
         })?;

@@ -85,10 +85,7 @@ fn read_markets<'de>(scanner: &mut Scanner<'de>, pending: &mut PendingMarkets<'d
                     };
                     read_total(pending, value);
                 }
-                _ => {
-                    scanner.colon()?;
-                    scanner.unit(Unit::Ignored, Scanner::skip)?;
-                }
+                _ => scanner.skip_member()?,
             }
             Some(())
         })?;
