@@ -88,21 +88,28 @@ fn assert_sequence_same_as_reference<B: AsRef<[u8]>>(bodies: &[B]) -> Result<(),
         let text = std::str::from_utf8(body.as_ref()).expect("checked above");
         let input = ListingBody { body: text.as_bytes(), token: Some("fuzz"), fetched_at: Some(7) };
         let result = read.append(&input);
-        match reference::read(text) {
-            Some((saw_data, rows)) => {
-                let expected = reference.append_rows(&input, saw_data, rows);
-                match (&result, &expected) {
-                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-                    (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-                    _ => prop_assert!(false, "reader {:?} but reference {:?} for {}", result, expected, text),
-                }
-            }
-            None => prop_assert!(result.is_err(), "serde_json fails what the reader read: {}", text),
-        }
+        let expected = reference::read(text).map(|(saw_data, rows)| reference.append_rows(&input, saw_data, rows));
+        assert_same_outcome(&result, expected.as_ref(), text)?;
     }
     let (read, reference) = (read.finish(), reference.finish());
     for ((name, a), (_, b)) in read.into_named().into_iter().zip(reference.into_named()) {
         assert_frames_equal(name, &a, &b)?;
+    }
+    Ok(())
+}
+
+/// The reader's outcome against the reference's (None: serde_json refused the body, so the
+/// reader must fail too): the same value, or the same error text.
+fn assert_same_outcome<T: PartialEq + std::fmt::Debug, E: std::fmt::Display + std::fmt::Debug>(
+    result: &Result<T, E>,
+    expected: Option<&Result<T, E>>,
+    text: &str,
+) -> Result<(), TestCaseError> {
+    match (result, expected) {
+        (Ok(a), Some(Ok(b))) => prop_assert_eq!(a, b),
+        (Err(a), Some(Err(b))) => prop_assert_eq!(a.to_string(), b.to_string()),
+        (_, None) => prop_assert!(result.is_err(), "serde_json fails what the reader read: {}", text),
+        _ => prop_assert!(false, "reader {:?} but reference {:?} for {}", result, expected, text),
     }
     Ok(())
 }
@@ -116,17 +123,8 @@ fn assert_markets_same_as_reference(body: &[u8]) -> Result<(), TestCaseError> {
         return Ok(());
     };
     let mut reference = MarketsBuilder::new(1);
-    match super::markets::reference(text) {
-        Some(pending) => {
-            let expected = reference.append_read(&input, pending);
-            match (&result, &expected) {
-                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-                _ => prop_assert!(false, "reader {:?} but reference {:?} for {}", result, expected, text),
-            }
-        }
-        None => prop_assert!(result.is_err(), "serde_json fails what the reader read: {}", text),
-    }
+    let expected = super::markets::reference(text).map(|pending| reference.append_read(&input, pending));
+    assert_same_outcome(&result, expected.as_ref(), text)?;
     let (read, reference) = (read.finish(), reference.finish());
     assert_frames_equal("markets", &read.markets, &reference.markets)?;
     assert_frames_equal("drift", &read.drift, &reference.drift)
