@@ -121,3 +121,10 @@ def test_a_failed_packing_is_warned_about_once_and_collecting_goes_on(
 def w_points_here(caught: List[warnings.WarningMessage]) -> bool:
     """The warning names the caller's file, not the collector's thread."""
     return any(Path(w.filename).name == Path(__file__).name for w in caught)
+
+
+def test_a_root_named_with_a_space_and_accents_is_packed_too(tmp_path: Path) -> None:
+    root = str(tmp_path / "données #1")
+    _collect(root, 12)
+    assert _files_per_day(root, "snapshot") == {"2026-01-01": 1, "2026-01-02": 4}
+    assert defilens.scan(root, "snapshot").collect().height == 12 * len(IDS)
