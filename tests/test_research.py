@@ -205,8 +205,47 @@ def test_ta_expressions_match_ta_lib_on_random_walks() -> None:
     per_token = pl.DataFrame({"token": ["a"] * 30 + ["b"] * 30, "close": [float(i) for i in range(60)]})
     out = per_token.with_columns(defilens.ta.sma(pl.col("close"), 5).over("token").alias("sma5"))
     assert out.filter(pl.col("token") == "b")["sma5"].to_list()[:5] == [None, None, None, None, 32.0]
-    with pytest.raises(Exception, match="null"):
-        pl.DataFrame({"close": [1.0, None, 3.0]}).select(defilens.ta.rsi(pl.col("close"), 2))
+
+
+def test_a_null_close_gives_nulls_and_the_indicator_starts_again_after_it() -> None:
+    # A gap cannot be computed through: every window holding it is null, and the indicator starts
+    # again on the closes after it, as it would on a series that began there. Never an error, and
+    # never a number that silently used a filled-in close.
+    rng = np.random.default_rng(3)
+    closes = list(100 * np.exp(np.cumsum(rng.normal(0, 0.02, 120))))
+    gap = 50
+    with_gap = closes[:gap] + [None] + closes[gap + 1 :]
+    expressions = [
+        defilens.ta.rsi(pl.col("close"), 14).alias("rsi"),
+        defilens.ta.sma(pl.col("close"), 20).alias("sma"),
+        defilens.ta.bbands(pl.col("close"), 20).struct.field("upper").alias("upper"),
+        defilens.ta.macd(pl.col("close")).struct.field("signal").alias("signal"),
+    ]
+    out = pl.DataFrame({"close": with_gap}).select(expressions)
+    before = pl.DataFrame({"close": closes[:gap]}).select(expressions)
+    after = pl.DataFrame({"close": closes[gap + 1 :]}).select(expressions)
+    for name in out.columns:
+        assert out[name][:gap].equals(before[name], null_equal=True), name
+        assert out[name][gap] is None, name
+        assert out[name][gap + 1 :].equals(after[name], null_equal=True), name
+    # The windows that hold the gap are null, the first full one after it is not.
+    sma = out["sma"].to_list()
+    assert all(value is None for value in sma[gap : gap + 20]) and sma[gap + 20] is not None
+    # Per token, a gap in one token's closes leaves the other token's values alone.
+    per_token = pl.DataFrame({"token": ["a"] * 30 + ["b"] * 30, "close": [float(i) for i in range(60)]})
+    holed = per_token.with_columns(
+        pl.when(pl.int_range(pl.len()) == 10).then(None).otherwise(pl.col("close")).alias("close")
+    )
+    sma5 = holed.with_columns(defilens.ta.sma(pl.col("close"), 5).over("token").alias("sma5"))
+    assert sma5.filter(pl.col("token") == "b")["sma5"].equals(
+        per_token.with_columns(defilens.ta.sma(pl.col("close"), 5).over("token").alias("sma5")).filter(
+            pl.col("token") == "b"
+        )["sma5"]
+    )
+    assert sma5["sma5"].to_list()[10:19] == [None] * 5 + [13.0, 14.0, 15.0, 16.0]
+    # All nulls: all null, of the same dtype.
+    empty = pl.DataFrame({"close": [None, None]}, schema={"close": pl.Float64}).select(expressions)
+    assert empty.null_count().row(0) == (2, 2, 2, 2)
 
 
 def _candles(sandbox: Sandbox, token: str) -> pl.DataFrame:

@@ -9,17 +9,11 @@ use pyo3_polars::{PyDataFrame, PySeries};
 use crate::frames::columns::frame;
 use crate::model::indicators::{Indicator, Reported, KINDS, RECIPES};
 
-fn closes(series: &Series) -> PyResult<Vec<f64>> {
+/// The closes as floats, a null one `None` (a gap `crate::ta::series_over_gaps` does not bridge).
+fn closes(series: &Series) -> PyResult<Vec<Option<f64>>> {
     let floats = series.cast(&DataType::Float64).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let floats = floats.f64().map_err(|e| PyValueError::new_err(e.to_string()))?;
-    if floats.null_count() > 0 {
-        return Err(PyValueError::new_err(format!(
-            "{:?} has {} nulls: an indicator needs every close (drop or fill the gaps first)",
-            series.name().as_str(),
-            floats.null_count()
-        )));
-    }
-    Ok(floats.into_no_null_iter().collect())
+    Ok(floats.iter().collect())
 }
 
 fn period(name: &str, value: i64) -> PyResult<usize> {
@@ -109,7 +103,7 @@ pub(super) fn ta_series(
 ) -> PyResult<Py<PyAny>> {
     let closes = closes(&values.0)?;
     let indicator = indicator(kind, n, k, fast, slow, signal)?;
-    let mut series = py.detach(|| crate::ta::series(&indicator, &closes));
+    let mut series = py.detach(|| crate::ta::series_over_gaps(&indicator, &closes));
     let names = indicator.columns();
     if names.is_empty() {
         let out = Series::new(values.0.name().clone(), series.swap_remove(0));

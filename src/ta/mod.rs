@@ -26,6 +26,24 @@ pub fn series(indicator: &Indicator, closes: &[f64]) -> Vec<Vec<Option<f64>>> {
     }
 }
 
+/// `series` over closes that may have gaps (`None`): a gap cannot be computed through, so every
+/// window that holds one is `None` and each run of closes between gaps starts the indicator
+/// again, as a series that began there would (an RSI or an EMA carries state no gap may bridge).
+pub fn series_over_gaps(indicator: &Indicator, closes: &[Option<f64>]) -> Vec<Vec<Option<f64>>> {
+    let width = indicator.columns().len().max(1);
+    let mut out: Vec<Vec<Option<f64>>> = vec![Vec::with_capacity(closes.len()); width];
+    for run in closes.split(Option::is_none) {
+        let values: Vec<f64> = run.iter().flatten().copied().collect();
+        for (column, computed) in out.iter_mut().zip(series(indicator, &values)) {
+            column.extend(computed);
+        }
+        if out[0].len() < closes.len() {
+            out.iter_mut().for_each(|column| column.push(None));
+        }
+    }
+    out
+}
+
 /// A family's value at the last close (`None` while its window is not full). The kinds whose
 /// value depends on their window alone are computed over the last window only: the same double.
 pub fn last(recipe: &Recipe, closes: &[f64]) -> Option<f64> {
@@ -131,6 +149,29 @@ fn ema_from(values: &[f64], period: usize, start: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gap_is_null_and_the_series_starts_again_after_it() {
+        let closes: Vec<f64> = (1..=30).map(f64::from).collect();
+        let mut holed: Vec<Option<f64>> = closes.iter().copied().map(Some).collect();
+        holed[10] = None;
+        for indicator in
+            [Indicator::Sma { n: 5 }, Indicator::Rsi { n: 3 }, Indicator::Macd { fast: 2, slow: 4, signal: 2 }]
+        {
+            let whole = series_over_gaps(&indicator, &holed);
+            let (before, after) = (series(&indicator, &closes[..10]), series(&indicator, &closes[11..]));
+            for ((column, before), after) in whole.iter().zip(before).zip(after) {
+                assert_eq!(column.len(), holed.len());
+                assert_eq!(column[..10], before[..]);
+                assert_eq!(column[10], None);
+                assert_eq!(column[11..], after[..]);
+            }
+        }
+        assert_eq!(series_over_gaps(&Indicator::Sma { n: 2 }, &[None, None]), vec![vec![None, None]]);
+        assert_eq!(series_over_gaps(&Indicator::Sma { n: 1 }, &[]), vec![Vec::<Option<f64>>::new()]);
+        let no_gap: Vec<Option<f64>> = closes.iter().copied().map(Some).collect();
+        assert_eq!(series_over_gaps(&Indicator::Rsi { n: 14 }, &no_gap), series(&Indicator::Rsi { n: 14 }, &closes));
+    }
 
     #[test]
     fn textbook_values() {
