@@ -303,15 +303,65 @@ def test_every_indicator_family_is_known_served_computed_and_verified() -> None:
     checked = defilens.verify(frames.indicators, candles)
     assert set(checked["indicator"]) == catalogue["indicators"], "verify skips a family the Sandbox serves"
     assert checked.height == frames.indicators.height and checked["ok"].all()
-    # A text family is the recipe's column by its sign (MACD: the line above its signal line).
-    for interval, family, text in frames.signals.select(
-        pl.col("interval").cast(pl.String), "indicator", "value"
+    # A text family is the recipe's column by its sign (MACD: the line above its signal line),
+    # and verify checks it when given the signals frame.
+    texts = defilens.verify(frames.signals, candles)
+    assert set(texts["indicator"]) == catalogue["signals"], "verify skips a text family the Sandbox serves"
+    assert texts.height == frames.signals.height and texts["ok"].all(), texts.filter(~pl.col("ok"))
+    for interval, family, text, margin in texts.select(
+        pl.col("interval").cast(pl.String), "indicator", "vendor", "margin"
     ).rows():
         recipe = INDICATOR_RECIPES[family]
         closes = candles.filter(pl.col("interval") == interval)["close"]
         value = defilens._core.ta_series(recipe["kind"], closes, **recipe["params"])[recipe["column"]][-1]
         above, below = recipe["text"]
-        assert text == (above if value > 0 else below), (interval, family)
+        assert text == (above if value > 0 else below) and margin == value, (interval, family)
+
+
+def test_verify_checks_the_text_signals_and_catches_a_flipped_one() -> None:
+    with Sandbox(now="2026-02-01T12:00:00Z", seed=2) as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin", "ethereum"], markets=False, progress=False)
+        candles = pl.concat([_candles(sandbox, "bitcoin"), _candles(sandbox, "ethereum")])
+    checked = defilens.verify(frames.signals, candles)
+    assert checked.columns == [
+        "token", "interval", "indicator", "vendor", "recomputed", "margin", "ok", "from_1x", "from_2x", "from_3x"
+    ]  # fmt: skip
+    assert checked.schema["vendor"] == pl.String and checked.schema["margin"] == pl.Float64
+    assert checked.height == 2 * 5 and checked["ok"].all(), checked.filter(~pl.col("ok"))
+    assert set(checked["vendor"]) <= {"Cross Above", "Cross Below"}
+    assert (checked["vendor"] == checked["recomputed"]).all()
+    flip = {"Cross Above": "Cross Below", "Cross Below": "Cross Above"}
+    flipped = frames.signals.with_columns(
+        pl.when((pl.col("token") == "bitcoin") & (pl.col("interval") == "15m"))
+        .then(pl.col("value").replace_strict(flip))
+        .otherwise(pl.col("value"))
+        .alias("value")
+    )
+    caught = defilens.verify(flipped, candles).filter(~pl.col("ok"))
+    assert caught.select("token", "interval", "indicator").rows() == [("bitcoin", "15m", "macd")]
+    # A signal the recipes do not know (the service added one) is left out, as a number's is.
+    extra = pl.concat(
+        [frames.signals, frames.signals.head(1).with_columns(pl.lit("supertrend").alias("indicator"))],
+        how="vertical_relaxed",
+    )
+    assert defilens.verify(extra, candles).height == checked.height
+
+
+def test_verify_says_why_when_nothing_could_be_checked() -> None:
+    with Sandbox(now="2026-02-01T12:00:00Z", seed=2) as sandbox:
+        frames = defilens.Client(base_url=sandbox.url).fetch(["bitcoin"], markets=False, progress=False)
+        candles = _candles(sandbox, "bitcoin")
+    # Candles named another way than the frames name the token: before, an empty frame and no word.
+    renamed = candles.with_columns(pl.lit("BTC").alias("token"))
+    with pytest.warns(defilens.DefiLensWarning, match=r"none of the 45 values.*no candles.*'BTC'"):
+        assert defilens.verify(frames.indicators, renamed).is_empty()
+    # Too few candles to fill a window: say how many are needed.
+    short = candles.group_by("token", "interval").tail(10)
+    with pytest.warns(defilens.DefiLensWarning, match=r"too few candles.*sma100: 10 candles, its period is 100"):
+        defilens.verify(frames.indicators.filter(pl.col("indicator") == "sma100"), short)
+    # Only some rows without candles (candles of one interval, as the guide does): no warning.
+    hourly = candles.filter(pl.col("interval") == "1h")
+    assert defilens.verify(frames.indicators, hourly).height == 9
 
 
 def test_an_empty_history_and_one_without_ta_updated(tmp_path: Path) -> None:

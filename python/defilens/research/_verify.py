@@ -3,17 +3,22 @@ vendor's?" answered row by row, with the warm-up sensitivity that is its usual c
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import warnings
+from typing import Dict, List, Optional, Tuple
 
 import polars as pl
 
 from .. import _core
 from .._core import INDICATOR_RECIPES, INTERVAL_MS
+from .._exceptions import DefiLensWarning
 from .._frames import INTERVAL
+from .._stack import stacklevel_outside
 
-#: The indicator families verify recomputes: every numeric one of the core's recipe table
-#: (`model::indicators::RECIPES`, which the catalogue and the Sandbox read too).
-CHECKED = {family: recipe for family, recipe in INDICATOR_RECIPES.items() if recipe["text"] is None}
+#: The families verify recomputes, from the core's recipe table (`model::indicators::RECIPES`,
+#: which the catalogue and the Sandbox read too): the numbers of the indicators frame, and the
+#: texts of the signals frame (a text is the sign of a number: MACD's line above its signal line).
+NUMBERS = {family: recipe for family, recipe in INDICATOR_RECIPES.items() if recipe["text"] is None}
+TEXTS = {family: recipe for family, recipe in INDICATOR_RECIPES.items() if recipe["text"] is not None}
 
 
 def _last(recipe: "_core._Recipe", closes: pl.Series) -> Optional[float]:
@@ -21,6 +26,13 @@ def _last(recipe: "_core._Recipe", closes: pl.Series) -> Optional[float]:
     series = out[recipe["column"] or ""] if isinstance(out, pl.DataFrame) else out
     value = series[-1]
     return None if value is None else float(value)
+
+
+def _text(recipe: "_core._Recipe", value: Optional[float]) -> Optional[str]:
+    if value is None or recipe["text"] is None:
+        return None
+    above, below = recipe["text"]
+    return above if value > 0 else below
 
 
 def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
@@ -48,21 +60,30 @@ def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
 
 
 def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float = 1e-6) -> pl.DataFrame:
-    """Recomputes each indicator value from ``candles`` (every numeric family of the service's
-    reference: RSI, SMA, Bollinger bands) and compares it with the vendor's.
+    """Recomputes each indicator value from ``candles`` and compares it with the vendor's: every
+    family of the service's reference, the numbers (RSI, SMA, Bollinger bands) given the
+    indicators frame, the texts (MACD's ``Cross Above``/``Cross Below``) given the signals frame.
 
     ``indicators`` is any frame with ``token``, ``interval``, ``indicator``, ``value`` (for
-    example ``frames.indicators``: one value a token and interval, as of the last candle);
-    ``candles`` has ``token``, ``interval``, ``open_time`` and ``close`` (what `Sandbox.candles`
-    gives, or your own OHLCV), consecutive, the last one the candle the values are as of.
+    example ``frames.indicators`` or ``frames.signals``: one value a token and interval, as of the
+    last candle); ``candles`` has ``token``, ``interval``, ``open_time`` and ``close`` (what
+    `Sandbox.candles` gives, or your own OHLCV), consecutive, the last one the candle the values
+    are as of.
 
     One row per value: ``token``, ``interval``, ``indicator``, ``vendor``, ``recomputed``,
     ``diff``, ``ok`` (``|diff| <= tolerance * max(1, |recomputed|)``), and the warm-up
     sensitivity: ``from_1x``, ``from_2x``, ``from_3x``, the value recomputed from only the last
     N, 2N and 3N candles (N the period): an RSI that changes between them depends on how much
-    history it was started with, the usual reason two vendors disagree. Rows without candles,
-    or of indicators it cannot recompute, are left out. Several values of one series (a
-    history's rows, a panel) raise `ValueError`: each would be compared with the last candle.
+    history it was started with, the usual reason two vendors disagree. For texts, ``vendor``,
+    ``recomputed`` and the warm-ups are texts, and ``margin`` (instead of ``diff``) is the number
+    whose sign gives the text (MACD - signal); ``ok`` when the texts agree or ``|margin| <=
+    tolerance`` (a tie that rounding may tip either way).
+
+    Rows without candles of their token and interval, or of families it cannot recompute, are
+    left out; a `DefiLensWarning` says so when nothing at all could be checked, and names the
+    values left out because the candles were too few to fill the window. Several values of one
+    series (a history's rows, a panel) raise `ValueError`: each would be compared with the last
+    candle.
     """
     for name in ("token", "interval", "indicator", "value"):
         if name not in indicators.columns:
@@ -80,48 +101,96 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
             "be compared with that one candle; give one row a series, e.g. the latest: "
             "indicators.sort('fetched_at').group_by('token', 'interval', 'indicator').last()"
         )
+    textual = indicators.schema["value"] in (pl.String, pl.Categorical)
+    families = TEXTS if textual else NUMBERS
     candles = _check_candles(candles)
     series: Dict[Tuple[str, str], pl.Series] = {
         (token, interval): group["close"] for (token, interval), group in candles.group_by("token", "interval")
     }
     rows = []
-    for token, interval, indicator, vendor in indicators.select(
-        "token", pl.col("interval").cast(pl.String), "indicator", "value"
-    ).iter_rows():
-        recipe = CHECKED.get(indicator)
+    left_out: Dict[str, int] = {"unknown": 0, "no candles": 0, "no value": 0}
+    too_few: Dict[str, int] = {}
+    values = indicators.select("token", pl.col("interval").cast(pl.String), "indicator", "value")
+    for token, interval, indicator, vendor in values.iter_rows():
+        recipe = families.get(indicator)
         closes = series.get((token, interval))
-        if recipe is None or closes is None or closes.is_empty() or vendor is None:
+        if vendor is None:
+            left_out["no value"] += 1
+            continue
+        if recipe is None:
+            left_out["unknown"] += 1
+            continue
+        if closes is None or closes.is_empty():
+            left_out["no candles"] += 1
             continue
         recomputed = _last(recipe, closes)
         if recomputed is None:
+            too_few[indicator] = min(too_few.get(indicator, closes.len()), closes.len())
             continue
         warmups = [_last(recipe, closes.tail(recipe["period"] * times + 1)) for times in (1, 2, 3)]
-        diff = vendor - recomputed
-        rows.append(
-            (
-                token,
-                interval,
-                indicator,
-                vendor,
-                recomputed,
-                diff,
-                abs(diff) <= tolerance * max(1.0, abs(recomputed)),
-                *warmups,
+        if textual:
+            text = _text(recipe, recomputed)
+            ok = vendor == text or abs(recomputed) <= tolerance
+            rows.append(
+                (token, interval, indicator, vendor, text, recomputed, ok, *[_text(recipe, w) for w in warmups])
             )
-        )
+        else:
+            diff = vendor - recomputed
+            ok = abs(diff) <= tolerance * max(1.0, abs(recomputed))
+            rows.append((token, interval, indicator, vendor, recomputed, diff, ok, *warmups))
+    _warn_left_out(values, candles, rows, left_out, too_few, families, textual)
+    kind = pl.String if textual else pl.Float64
     schema = {
         "token": pl.String,
         "interval": pl.String,
         "indicator": pl.String,
-        "vendor": pl.Float64,
-        "recomputed": pl.Float64,
-        "diff": pl.Float64,
+        "vendor": kind,
+        "recomputed": kind,
+        "margin" if textual else "diff": pl.Float64,
         "ok": pl.Boolean,
-        "from_1x": pl.Float64,
-        "from_2x": pl.Float64,
-        "from_3x": pl.Float64,
+        "from_1x": kind,
+        "from_2x": kind,
+        "from_3x": kind,
     }
     return pl.DataFrame(rows, schema=schema, orient="row").with_columns(pl.col("interval").cast(INTERVAL))
+
+
+def _warn_left_out(
+    values: pl.DataFrame,
+    candles: pl.DataFrame,
+    rows: List[tuple],
+    left_out: Dict[str, int],
+    too_few: Dict[str, int],
+    families: Dict[str, "_core._Recipe"],
+    textual: bool,
+) -> None:
+    # Rows without candles are expected (candles of one interval check that interval), so they are
+    # named only when nothing was checked: an empty answer must never look like "all agree".
+    reasons = []
+    if too_few:
+        shortest = ", ".join(
+            f"{family}: {n} candles, its period is {families[family]['period']}"
+            for family, n in sorted(too_few.items())
+        )
+        reasons.append(f"too few candles to fill the window of {shortest}")
+    if not rows and values.height:
+        if left_out["no candles"]:
+            tokens = sorted(candles["token"].unique().to_list())[:5]
+            reasons.append(
+                f"{left_out['no candles']} have no candles of their token and interval (the candles have tokens "
+                f"{tokens}, intervals {sorted(candles['interval'].unique().to_list())})"
+            )
+        if left_out["unknown"]:
+            other = "indicators frame (numbers)" if textual else "signals frame (texts)"
+            reasons.append(
+                f"{left_out['unknown']} are of families verify cannot recompute from this frame (it knows "
+                f"{sorted(families)}; the others are in the {other})"
+            )
+        if left_out["no value"]:
+            reasons.append(f"{left_out['no value']} are null")
+        reasons.insert(0, f"none of the {values.height} values could be checked")
+    if reasons:
+        warnings.warn("verify: " + "; ".join(reasons), DefiLensWarning, stacklevel=stacklevel_outside())
 
 
 __all__ = ["verify"]
