@@ -262,6 +262,24 @@ def test_cli_sandbox_simulated_clock() -> None:
     assert proc.returncode == 0
 
 
+def test_cli_sandbox_without_options_serves_what_a_default_sandbox_serves() -> None:
+    # The command passes only the options given, so its defaults are the Sandbox's own.
+    command = CLI + ["sandbox", "--port", "0", "--now", "2026-02-03T04:05:06Z", "--api-key", "k"]
+    proc = _interruptible(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().split(" at ")[1].split()[0]  # type: ignore[union-attr]
+        request = urllib.request.Request(url + "/listings/bitcoin", headers={"x-partner-key": "k"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            served = response.read()
+        with defilens.testing.Sandbox(now="2026-02-03T04:05:06Z") as sandbox:
+            default = urllib.request.urlopen(sandbox.url + "/listings/bitcoin", timeout=10).read()
+        assert served == default
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=10)
+    assert proc.returncode == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--now", "1999-12-31"], "now must be from 2000-01-01"), (["--speed", "-2"], "speed must be a number from 0")],

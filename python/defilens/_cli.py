@@ -297,8 +297,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="run the clock this many times faster than real time (e.g. 60: five minutes of market in five seconds)",
     )
-    sb.add_argument("--seed", type=int, default=0, help="the market's seed: one seed, one market (default 0)")
-    sb.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
+    sb.add_argument("--seed", type=int, help="the market's seed: one seed, one market (not given: Sandbox()'s market)")
+    sb.add_argument("--latency", type=float, help="seconds added to every answer (not given: none)")
     sb.add_argument("--api-key", help="require this x-partner-key")
     sb.add_argument(
         "--max-rps",
@@ -309,8 +309,7 @@ def _parser() -> argparse.ArgumentParser:
     sb.add_argument(
         "--repaint-rate",
         type=float,
-        default=0.0,
-        help="share of just-closed candles served with provisional indicator values for their first minute",
+        help="share of just-closed candles served with provisional indicator values for their first minute (not given: none)",
     )
     faults = {
         "error-rate": "503 Service Unavailable",
@@ -323,9 +322,8 @@ def _parser() -> argparse.ArgumentParser:
         sb.add_argument(
             f"--{fault}",
             type=float,
-            default=0.0,
             metavar="SHARE",
-            help=f"share of requests (0 to 1) answered with {answer} (default 0)",
+            help=f"share of requests (0 to 1) answered with {answer} (not given: none)",
         )
     return parser
 
@@ -776,22 +774,26 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _sandbox(args: argparse.Namespace) -> int:
     start = Sandbox if args.replay is None else lambda **settings: Sandbox.replay(args.replay, **settings)
-    with start(
-        port=args.port,
-        seed=args.seed,
-        latency=args.latency,
-        api_key=args.api_key,
-        error_rate=args.error_rate,
-        rate_limit_rate=args.rate_limit_rate,
-        drop_rate=args.drop_rate,
-        truncate_rate=args.truncate_rate,
-        invalid_json_rate=args.invalid_json_rate,
-        now=args.now,
-        speed=args.speed,
-        max_rps=args.max_rps,
-        rate_headers=not args.no_rate_headers,
-        repaint_rate=args.repaint_rate,
-    ) as sandbox:
+    # Only what was given: every default is the Sandbox's own, so `defilens sandbox` serves the
+    # market `Sandbox()` does.
+    given = {
+        "seed": args.seed,
+        "latency": args.latency,
+        "api_key": args.api_key,
+        "error_rate": args.error_rate,
+        "rate_limit_rate": args.rate_limit_rate,
+        "drop_rate": args.drop_rate,
+        "truncate_rate": args.truncate_rate,
+        "invalid_json_rate": args.invalid_json_rate,
+        "now": args.now,
+        "speed": args.speed,
+        "max_rps": args.max_rps,
+        "repaint_rate": args.repaint_rate,
+    }
+    settings = {name: value for name, value in given.items() if value is not None}
+    if args.no_rate_headers:
+        settings["rate_headers"] = False
+    with start(port=args.port, **settings) as sandbox:
         try:
             # Inside the try: a Ctrl-C right after the line is printed still stops cleanly.
             simulated = args.now is not None or args.speed is not None or args.replay is not None
