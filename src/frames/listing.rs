@@ -12,7 +12,7 @@ use super::columns::{
 use super::drift::{DriftColumns, DriftRow};
 use super::string_views::StringViews;
 use super::ListingFrames;
-use crate::model::fields::{COMMUNITY_KEYS, SNAPSHOT_FIELDS};
+use crate::model::fields::{COMMUNITY_KEYS, ID_FIELD, SNAPSHOT_FIELDS, SYMBOL_ID_FIELD};
 use crate::model::value::Typed;
 use crate::model::Endpoint;
 use crate::model::Interval;
@@ -43,6 +43,18 @@ impl Default for ListingRows<'_> {
             info: InfoRow::default(),
             drift: Vec::new(),
         }
+    }
+}
+
+impl<'de> ListingRows<'de> {
+    /// The body's `data.id`.
+    pub fn id(&self) -> &Typed<'de> {
+        &self.scalars[ID_FIELD]
+    }
+
+    /// The body's `data.symbol_id`.
+    pub fn symbol_id(&self) -> &Typed<'de> {
+        &self.scalars[SYMBOL_ID_FIELD]
     }
 }
 

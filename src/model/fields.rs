@@ -93,6 +93,29 @@ pub const SNAPSHOT_FIELDS: &[(&str, ScalarType)] = &[
     ("short_liquidation_24h", F64),
 ];
 
+/// The place of `name` in `SNAPSHOT_FIELDS`, found when compiling (a name not there does not compile).
+const fn snapshot_field_at(name: &str) -> usize {
+    let mut index = 0;
+    while index < SNAPSHOT_FIELDS.len() {
+        let (field, wanted) = (SNAPSHOT_FIELDS[index].0.as_bytes(), name.as_bytes());
+        if field.len() == wanted.len() {
+            let mut byte = 0;
+            while byte < field.len() && field[byte] == wanted[byte] {
+                byte += 1;
+            }
+            if byte == field.len() {
+                return index;
+            }
+        }
+        index += 1;
+    }
+    panic!("not a field of SNAPSHOT_FIELDS")
+}
+
+/// `data.id` and `data.symbol_id`, the two names a body gives its token by.
+pub const ID_FIELD: usize = snapshot_field_at("id");
+pub const SYMBOL_ID_FIELD: usize = snapshot_field_at("symbol_id");
+
 /// The column of a snapshot field, by its place in `SNAPSHOT_FIELDS`. A scan: bodies' keys are
 /// classified through `CATALOGUE_KEYS` (a hash map built once) and the fast path's remembered
 /// routes, so this runs only while the catalogue is built and for keys outside it.

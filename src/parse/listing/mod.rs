@@ -77,7 +77,7 @@ impl ListingBuilder {
         if !pending.saw_data {
             return Err(context.error(None, None, "the response has no `data` object"));
         }
-        let token: Cow<'_, str> = match (input.token, &pending.rows.scalars[0]) {
+        let token: Cow<'_, str> = match (input.token, pending.rows.id()) {
             (Some(token), _) => Cow::Borrowed(token),
             (None, Typed::Str(id)) if !id.is_empty() => id.clone(),
             (None, _) => {
@@ -90,12 +90,12 @@ impl ListingBuilder {
         };
         let token = token.into_owned();
         self.misrouted = None;
-        if let (Some(asked), Typed::Str(id)) = (input.token, &pending.rows.scalars[0]) {
+        if let (Some(asked), Typed::Str(id)) = (input.token, pending.rows.id()) {
             // The body names another token than the one asked for (a proxy or cache answered
             // for the wrong path): the rows are kept under the id asked for, and a drift row and
             // the log say so, so it is never recorded silently under the wrong token.
             let same = |other: &Typed<'_>| matches!(other, Typed::Str(text) if text.eq_ignore_ascii_case(asked));
-            if !id.is_empty() && !same(&pending.rows.scalars[0]) && !same(&pending.rows.scalars[1]) {
+            if !id.is_empty() && !same(pending.rows.id()) && !same(pending.rows.symbol_id()) {
                 self.misrouted = Some(id.to_string());
                 let mismatch = Mismatch { expected: "the id that was asked for", found: excerpt(id) };
                 pending.rows.drift.push(DriftRow { field: "data.id".into(), mismatch });
