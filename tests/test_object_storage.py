@@ -174,10 +174,14 @@ def test_one_compaction_at_a_time_in_s3_and_a_stale_lease_is_taken_over(bucket: 
     key = "leased/_defilens/compaction.lock"
     client = _client(s3)
     # A lease lasts LEASE after its object was last written, by the store's clock, whatever it says.
-    client.put_object(Bucket=bucket[5:], Key=key, Body=json.dumps({"holder": "crashed:1", "seconds": 2}))
+    # Long enough that a loaded machine still reaches the lock while the lease holds (2 s once
+    # ran out before the compaction got there, at load 12), and waited out from the write.
+    seconds = 6
+    written = time.monotonic()
+    client.put_object(Bucket=bucket[5:], Key=key, Body=json.dumps({"holder": "crashed:1", "seconds": seconds}))
     with pytest.raises(defilens.HistoryError, match="another compaction"):
         defilens.compact(root, storage_options=s3)
-    time.sleep(3)
+    time.sleep(max(0.0, written + seconds + 1 - time.monotonic()))
     assert defilens.compact(root, storage_options=s3)["files_removed"] > 0
     lease = json.loads(client.get_object(Bucket=bucket[5:], Key=key)["Body"].read())
     assert lease["released"] is True and lease["epoch"] == 1
