@@ -243,6 +243,11 @@ def test_a_null_close_gives_nulls_and_the_indicator_starts_again_after_it() -> N
         )["sma5"]
     )
     assert sma5["sma5"].to_list()[10:19] == [None] * 5 + [13.0, 14.0, 15.0, 16.0]
+    # A NaN or infinite close is not a price: a gap too. Before, an RSI folded a NaN change in as
+    # "no move" (through max) and gave wrong numbers for ever after, an EMA NaN for ever after.
+    for not_a_price in (float("nan"), float("inf")):
+        odd = pl.DataFrame({"close": closes[:gap] + [not_a_price] + closes[gap + 1 :]}).select(expressions)
+        assert odd.equals(out, null_equal=True), not_a_price
     # All nulls: all null, of the same dtype.
     empty = pl.DataFrame({"close": [None, None]}, schema={"close": pl.Float64}).select(expressions)
     assert empty.null_count().row(0) == (2, 2, 2, 2)
@@ -279,6 +284,11 @@ def test_verify_agrees_with_the_sandbox_and_catches_a_skewed_value() -> None:
     holed = candles.with_row_index("i").filter(pl.col("i") != middle_1h).drop("i")
     with pytest.raises(ValueError, match="not consecutive"):
         defilens.verify(frames.indicators, holed)
+    nan = candles.with_columns(
+        pl.when(pl.int_range(pl.len()) == 7).then(float("nan")).otherwise("close").alias("close")
+    )
+    with pytest.raises(ValueError, match=r"1 closes that are not prices \(bitcoin 5m at .*: nan\)"):
+        defilens.verify(frames.indicators, nan)
 
 
 def test_every_indicator_family_is_known_served_computed_and_verified() -> None:

@@ -274,8 +274,8 @@ def ta_series(
 ) -> Union[pl.Series, pl.DataFrame]:
     """One indicator series over ``values`` (closes, oldest first); ``kind`` is one of
     `INDICATOR_KINDS`: ``rsi`` or ``sma`` give a Series, ``bbands`` (upper, middle, lower) and
-    ``macd`` (macd, signal, hist) a DataFrame. A null close is null in every window holding it,
-    and the indicator starts again after it."""
+    ``macd`` (macd, signal, hist) a DataFrame. A null, NaN or infinite close is null in every
+    window holding it, and the indicator starts again after it."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

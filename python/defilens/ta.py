@@ -7,9 +7,10 @@ length; a value exists once its window is full (null before), as TA-Lib. Use the
 
     candles.with_columns(defilens.ta.rsi(pl.col("close"), 14).over("token").alias("rsi14"))
 
-A null close is a gap no indicator computes through: every window that holds it is null, and
-the indicator starts again on the closes after it, as on a series that began there (an RSI or an
-EMA carries state a gap would break). Fill the gaps first if a value there is wanted.
+A null close (or a NaN or infinite one, which is not a price) is a gap no indicator computes
+through: every window that holds it is null, and the indicator starts again on the closes after
+it, as on a series that began there (an RSI or an EMA carries state a gap would break). Fill the
+gaps first if a value there is wanted.
 
 Examples:
     >>> closes = pl.DataFrame({"close": [float(i) for i in range(1, 41)]})

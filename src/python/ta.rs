@@ -9,7 +9,7 @@ use pyo3_polars::{PyDataFrame, PySeries};
 use crate::frames::columns::frame;
 use crate::model::indicators::{Indicator, Reported, KINDS, RECIPES};
 
-/// The closes as floats, a null one `None` (a gap `crate::ta::series_over_gaps` does not bridge).
+/// The closes as floats, a null one `None`: a gap, as a NaN is, that `crate::ta::series_over_gaps` does not bridge.
 fn closes(series: &Series) -> PyResult<Vec<Option<f64>>> {
     let floats = series.cast(&DataType::Float64).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let floats = floats.f64().map_err(|e| PyValueError::new_err(e.to_string()))?;

@@ -26,13 +26,15 @@ pub fn series(indicator: &Indicator, closes: &[f64]) -> Vec<Vec<Option<f64>>> {
     }
 }
 
-/// `series` over closes that may have gaps (`None`): a gap cannot be computed through, so every
-/// window that holds one is `None` and each run of closes between gaps starts the indicator
-/// again, as a series that began there would (an RSI or an EMA carries state no gap may bridge).
+/// `series` over closes that may have gaps: a missing close (`None`) or one that is not a price
+/// (NaN, infinite). A gap cannot be computed through, so every window that holds one is `None`
+/// and each run of closes between gaps starts the indicator again, as a series that began there
+/// would (an RSI or an EMA carries state no gap may bridge; a NaN folded into it would turn every
+/// later value into NaN, or, through `max`, into a wrong number).
 pub fn series_over_gaps(indicator: &Indicator, closes: &[Option<f64>]) -> Vec<Vec<Option<f64>>> {
     let width = indicator.columns().len().max(1);
     let mut out: Vec<Vec<Option<f64>>> = vec![Vec::with_capacity(closes.len()); width];
-    for run in closes.split(Option::is_none) {
+    for run in closes.split(|close| !close.is_some_and(f64::is_finite)) {
         let values: Vec<f64> = run.iter().flatten().copied().collect();
         for (column, computed) in out.iter_mut().zip(series(indicator, &values)) {
             column.extend(computed);
@@ -165,6 +167,13 @@ mod tests {
                 assert_eq!(column[..10], before[..]);
                 assert_eq!(column[10], None);
                 assert_eq!(column[11..], after[..]);
+            }
+        }
+        for not_a_price in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut odd = holed.clone();
+            odd[10] = Some(not_a_price);
+            for indicator in [Indicator::Rsi { n: 3 }, Indicator::Bbands { n: 4, k: 2.0 }] {
+                assert_eq!(series_over_gaps(&indicator, &odd), series_over_gaps(&indicator, &holed));
             }
         }
         assert_eq!(series_over_gaps(&Indicator::Sma { n: 2 }, &[None, None]), vec![vec![None, None]]);

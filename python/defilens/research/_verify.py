@@ -42,6 +42,13 @@ def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
         raise ValueError(f"candles needs the columns {sorted(needed)}; {sorted(missing)} are missing")
     if candles["close"].null_count():
         raise ValueError("candles has null closes: an indicator needs every close")
+    odd = candles.filter(~pl.col("close").cast(pl.Float64).is_finite())
+    if odd.height:
+        token, interval, at, close = odd.select("token", "interval", "open_time", "close").row(0)
+        raise ValueError(
+            f"candles has {odd.height} closes that are not prices ({token} {interval} at {at}: {close}): "
+            "an indicator needs every close"
+        )
     candles = candles.with_columns(pl.col("interval").cast(pl.String)).sort("token", "interval", "open_time")
     unknown = set(candles["interval"].unique().to_list()) - set(INTERVAL_MS)
     if unknown:
