@@ -19,9 +19,11 @@ The steps, each safe to interrupt at any moment (running `convert` again resumes
 4. A table's rows are compared with its old files' rows, every row (a hash of each row), and the
    table is recorded as checked in the marker.
 5. Its old files are deleted, then a full vacuum deletes what interrupted commits left behind.
-6. The marker is deleted.
+6. ``info`` is kept only where it changes (one rewrite), and a full vacuum deletes the files it
+   replaced.
+7. The marker is deleted.
 
-Steps 2 to 6 hold the compaction lock: a compaction beside the full vacuum of step 5 could lose
+Steps 2 to 7 hold the compaction lock: a compaction beside the full vacuum of step 5 could lose
 the files it is writing.
 """
 
@@ -445,18 +447,28 @@ def _convert_tables(root: Root, manifest: Dict[str, Any]) -> Dict[str, Any]:
                     f"could not convert {root.path(name)!r}: {one_line(error)} (run convert again to resume)"
                 ) from None
             raise
+    # Under the marker, so that a kill between the rewrite and its vacuum is finished by the next
+    # run, which finds nothing left to drop: an info table converted now is vacuumed whatever
+    # this run dropped, and what was dropped is counted from the rows it was converted with.
+    dropped = keep_changes_only(root)
+    info = load(root, "info") if dropped or "info" in checked else None
+    if info is not None:
+        # Tables converted just now: no version before the rewrite is worth keeping, and a glob
+        # must read what Delta reads (as after _delete_old).
+        info.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
+        if "info" in checked:
+            dropped = checked["info"] - pl.scan_delta(info).select(pl.len()).collect().item()
     try:
         obstore.delete(root.store(), CONVERTING)
     except FileNotFoundError:
         pass
     names = [name for name in TABLES if name in plan]
-    dropped = keep_changes_only(root)
-    info = load(root, "info") if dropped else None
-    if info is not None:
-        # Tables converted just now: no version before the rewrite is worth keeping, and a glob
-        # must read what Delta reads (as after _delete_old).
-        info.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
-    return {"tables": len(names), "rows": sum(checked.values()), "rewritten": names, "info_rows_dropped": dropped}
+    return {
+        "tables": len(names),
+        "rows": sum(checked.values()),
+        "rewritten": names,
+        "info_rows_dropped": dropped,
+    }
 
 
 def _info_changes_only(root: Root) -> Dict[str, Any]:
