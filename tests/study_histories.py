@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from typing import Dict, List, Mapping, Sequence, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import polars as pl
 
@@ -26,10 +26,12 @@ def random_walk_history(
     rounds: int,
     every: dt.timedelta = dt.timedelta(minutes=15),
     skip: Mapping[int, Set[str]] = {},
+    edit: Optional[Callable[[str, pl.DataFrame], pl.DataFrame]] = None,
 ) -> None:
     """``rounds`` rounds of ``tokens`` from a Sandbox with ``seed``, every ``every`` of simulated
     time from START, written to ``root`` as `collect` would lay them out. ``skip`` leaves tokens
-    out of some rounds (round number -> tokens), as a round that failed for them would."""
+    out of some rounds (round number -> tokens), as a round that failed for them would; ``edit``
+    changes a table's rows (table name, rows) before they are committed."""
     parts: Dict[str, List[pl.DataFrame]] = defaultdict(list)
     with defilens.testing.Sandbox(now=START, seed=seed, speed=0) as sandbox:
         client = defilens.Client(base_url=sandbox)
@@ -43,4 +45,6 @@ def random_walk_history(
                 parts[name].append(frame)
             sandbox.advance(every)
     tables = {name: pl.concat(frames) for name, frames in parts.items()}
+    if edit is not None:
+        tables = {name: edit(name, frame) for name, frame in tables.items()}
     commit_round(root_of(root, None), tables, "study", 0, {"defilens.collector": "study"})

@@ -167,6 +167,36 @@ def test_a_missing_round_is_a_null_with_its_reason_never_a_stale_price(small: st
     assert evaluation_missing.height == 4
 
 
+def test_a_price_of_zero_or_below_is_no_price_never_an_infinite_return(tmp_path) -> None:
+    # A service reports 0 for a token it has no price for; a return from it would be infinite
+    # (or, exiting at 0, a -100% that never happened) and swamp every mean built on it.
+    start = dt.datetime(2026, 1, 5, tzinfo=UTC)
+    broken = {start + dt.timedelta(minutes=15): 0.0, start + dt.timedelta(minutes=90): -1.0}
+
+    def zero_prices(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+        if name != "snapshot":
+            return frame
+        at = pl.col("fetched_at").dt.truncate("15m")
+        price = pl.col("current_price")
+        for moment, value in broken.items():
+            price = pl.when((pl.col("token") == "coin-0") & (at == moment)).then(value).otherwise(price)
+        return frame.with_columns(price.alias("current_price"))
+
+    root = str(tmp_path / "h")
+    random_walk_history(root, 5, ["coin-0", "coin-1"], 12, edit=zero_prices)
+    minutes = [0, 20, 50, 0]  # entered at 00:15 (0.0); exiting at 01:30 (-1.0); passing 01:30; coin-1
+    decisions = pl.DataFrame(
+        {"token": ["coin-0"] * 3 + ["coin-1"], "at": [start + dt.timedelta(minutes=m) for m in minutes]}
+    )
+    labels = defilens.forward_returns(root, decisions, "1h", path=True).sort("token", "at")
+    assert labels["missing"].to_list() == ["no price", "no price", None, None]
+    assert labels["forward_return"].null_count() == 2 and labels["forward_return"].drop_nulls().is_finite().all()
+    # The path (the best and worst price until the exit) skips a broken price too: never below -100%.
+    passing = labels.row(2, named=True)
+    assert passing["entry_at"] < start + dt.timedelta(minutes=90) < passing["exit_at"]
+    assert -1 < passing["min_return"] <= passing["max_return"] < 1
+
+
 def test_decision_times_are_candle_closes_plus_the_offset(small: str) -> None:
     grid = defilens.decision_times(small, "1h", offset="5m")
     assert grid.name == "at" and grid.dtype == pl.Datetime("ms", "UTC")

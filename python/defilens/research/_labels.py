@@ -31,7 +31,7 @@ Horizon = Union[str, dt.timedelta]
 MISSING_ENTRY = "no entry round"  # the token was not fetched in the first round after the signal
 MISSING_EXIT = "no exit round"  # the token was not fetched in the round the horizon ends in
 PAST_END = "past the history's end"  # the exit lies after the last round collected
-NO_PRICE = "no price"  # the fetch had no current_price
+NO_PRICE = "no price"  # the fetch had no price, or one of 0 or below (a service's "unknown")
 
 #: The columns `forward_returns` adds, in order.
 LABEL_COLUMNS = [
@@ -76,12 +76,15 @@ def horizons_of(horizons: Union[Horizon, Sequence[Horizon]]) -> List[dt.timedelt
 
 
 def fetched_prices(root: Any, tokens: Optional[Sequence[str]], price: str) -> pl.DataFrame:
-    """Every fetch's ``price`` (a snapshot column), per token, sorted by time."""
+    """Every fetch's ``price`` (a snapshot column), per token, sorted by time. A price of 0 or
+    below (what a service reports for a token it cannot price) is null: a return from it would
+    be infinite, or a -100% that never happened."""
     scope = scope_of("snapshot", tokens=tokens, columns=price)
     where = [pl.col("fetched_at").is_not_null(), *scope.filters("snapshot")]
+    value = pl.col(price).cast(pl.Float64)
     prices = (
         scan_table(root, "snapshot", where=where)
-        .select("token", "fetched_at", pl.col(price).cast(pl.Float64).alias("price"))
+        .select("token", "fetched_at", pl.when((value > 0) & value.is_finite()).then(value).alias("price"))
         .unique(["token", "fetched_at"], keep="first")
         .sort("token", "fetched_at")
         .collect()
@@ -200,7 +203,7 @@ def forward_returns(
       plus the horizon; ``forward_return`` is ``exit_price / entry_price - 1``;
     - ``missing``: why a label is null: ``"no entry round"`` or ``"no exit round"`` (the token was
       not fetched in that round: a price is never carried over from another round),
-      ``"past the history's end"``, ``"no price"``;
+      ``"past the history's end"``, ``"no price"`` (none fetched, or one of 0 or below);
     - with ``path=True``, ``max_return`` and ``min_return`` over the fetches from entry to exit.
 
     Rounds are the history's polling grid: ``cadence`` (a duration) or, by default, the median
