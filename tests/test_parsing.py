@@ -279,6 +279,11 @@ def test_absent_fields_give_no_rows() -> None:
     [
         (b'{"data": {"id": "x", "current_price": "cheap"}}', "data.current_price", "a number", '"cheap"'),
         (b'{"data": {"id": "x", "current_price": "N/A"}}', "data.current_price", "a number", '"N/A"'),
+        # Text Rust's float parser reads as NaN or infinity: not a price, never a silent NaN.
+        (b'{"data": {"id": "x", "current_price": "NaN"}}', "data.current_price", "a number", '"NaN"'),
+        (b'{"data": {"id": "x", "current_price": "inf"}}', "data.current_price", "a number", '"inf"'),
+        (b'{"data": {"id": "x", "market_cap": "1e400"}}', "data.market_cap", "a number", '"1e400"'),
+        (b'{"data": {"id": "x", "market_cap_rank": "infinity"}}', "data.market_cap_rank", "an integer", '"infinity"'),
         (b'{"data": {"id": "x", "market_cap_rank": 1.5}}', "data.market_cap_rank", "an integer", "1.5"),
         (b'{"data": {"id": "x", "github_commit": 12.5}}', "data.github_commit", "an integer", "12.5"),
         (

@@ -217,12 +217,17 @@ impl Value<'_> {
 }
 
 /// Reads a number from text, as the service sends `current_price`. `Ok(None)` for blank text.
+/// Text that Rust's float parser reads as NaN or an infinity (`NaN`, `inf`, `1e400`) is not a
+/// number a column can hold: a mismatch, so the cell is null and a drift row says why.
 pub fn parse_number_text(text: &str) -> Result<Option<f64>, Mismatch> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Ok(None);
     }
-    trimmed.parse::<f64>().map(Some).map_err(|_| Mismatch { expected: "a number", found: excerpt(text) })
+    match trimmed.parse::<f64>() {
+        Ok(number) if number.is_finite() => Ok(Some(number)),
+        _ => Err(Mismatch { expected: "a number", found: excerpt(text) }),
+    }
 }
 
 /// Converts a value to a column type, tolerant where the service is loose (numbers in strings,
@@ -352,6 +357,12 @@ mod tests {
             Err(Mismatch { expected: "a number", found: "\"n/a\"".into() })
         );
         assert_eq!(convert(value("7"), ScalarType::F64), Ok(Typed::F64(7.0)));
+        for not_a_number in ["NaN", "nan", "inf", "-Infinity", "1e400", " -1e999 "] {
+            let text = format!("\"{not_a_number}\"");
+            assert!(convert(value(&text), ScalarType::F64).is_err(), "{not_a_number}");
+            assert!(convert(value(&text), ScalarType::I64).is_err(), "{not_a_number}");
+        }
+        assert_eq!(convert(value(r#""1e300""#), ScalarType::F64), Ok(Typed::F64(1e300)));
         assert!(convert(value("true"), ScalarType::F64).is_err());
         assert!(convert(value("[]"), ScalarType::F64).is_err());
     }
