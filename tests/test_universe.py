@@ -141,6 +141,26 @@ def test_the_research_reads_keep_a_token_only_while_it_was_a_member(history: Pat
     )
 
 
+def test_a_rank_of_0_or_below_is_unranked_not_first(tmp_path: Path) -> None:
+    # Some services rank a token they do not rank as 0: "at most top" would make it a member.
+    def unranked(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+        if name != "snapshot":
+            return frame
+        token, rank = pl.col("token"), pl.col("market_cap_rank")
+        broken = pl.when(token == "cardano").then(0).when(token == "tron").then(-3).otherwise(rank)
+        return frame.with_columns(broken.cast(frame.schema["market_cap_rank"]).alias("market_cap_rank"))
+
+    root = tmp_path / "h"
+    random_walk_history(str(root), 11, TOKENS, rounds=4, every=dt.timedelta(hours=2), edit=unranked)
+    found = defilens.universe(root, top=TOP)
+    assert not {"cardano", "tron"} & set(found["token"]), found
+    assert found["rank"].min() >= 1
+    every = defilens.members(
+        found, defilens.scan(root, "snapshot").select("fetched_at").unique().collect()["fetched_at"]
+    )
+    assert every.group_by("at").len()["len"].max() <= TOP
+
+
 def test_bad_rules_say_what_to_do(history: Path) -> None:
     with pytest.raises(ValueError, match="market_cap_rank"):
         defilens.universe(history, top=10, by="market_cap_rnk")

@@ -75,7 +75,8 @@ def universe(
 
     - ``by`` a rank the service made over the whole market (a column ending in ``_rank``, such as
       the default ``market_cap_rank``): a token is a member while its latest snapshot's rank is
-      at most ``top``, and ``rank`` is that rank. The candidate set need not be ranked again:
+      from 1 to ``top`` (a rank of 0 or below, some services' "unranked", is not a member), and
+      ``rank`` is that rank. The candidate set need not be ranked again:
       collect a broad one (the top 300 for a top 100) and the universe follows the service's rank.
     - any other numeric column (``market_cap``, ``total_volume``): the ``top`` tokens by it among
       the history's tokens known at each moment (largest first unless ``descending=False``; ties
@@ -105,7 +106,8 @@ def universe(
         states = rows.select(
             "token",
             pl.col("fetched_at").alias("moment"),
-            pl.when(pl.col("_value") <= top).then(pl.col("_value")).cast(pl.Int64).alias("rank"),
+            # A rank below 1 is a service's "unranked" (some send 0), never a place at the top.
+            pl.when(pl.col("_value").is_between(1, top)).then(pl.col("_value")).cast(pl.Int64).alias("rank"),
         )
     else:
         states = _cross_section(rows, top, descend)
