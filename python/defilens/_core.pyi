@@ -33,6 +33,7 @@ __all__ = [
     "format_duration",
     "backoff_seconds",
     "ta_series",
+    "indicator_text",
     "parse_token",
     "parse_tokens",
     "sandbox_listing_body",
@@ -276,6 +277,10 @@ def ta_series(
     `INDICATOR_KINDS`: ``rsi`` or ``sma`` give a Series, ``bbands`` (upper, middle, lower) and
     ``macd`` (macd, signal, hist) a DataFrame. A null, NaN or infinite close is null in every
     window holding it, and the indicator starts again after it."""
+
+def indicator_text(family: str, value: float) -> str:
+    """The text the service writes for ``value`` of the text family ``family`` (``macd``:
+    ``Cross Above`` when positive, else ``Cross Below``); `ValueError` for a numeric family."""
 
 def empty_frames() -> Dict[str, pl.DataFrame]:
     """Every frame with its full schema and no rows."""

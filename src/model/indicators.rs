@@ -64,6 +64,16 @@ pub enum Reported {
     Sign { above: &'static str, below: &'static str },
 }
 
+impl Reported {
+    /// The text the service writes for `value`; `None` for a family written as its number.
+    pub fn text(self, value: f64) -> Option<&'static str> {
+        match self {
+            Reported::Number => None,
+            Reported::Sign { above, below } => Some(if value > 0.0 { above } else { below }),
+        }
+    }
+}
+
 /// One indicator family of the listing (`<family>_<interval>`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Recipe {

@@ -83,6 +83,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parsing::parse_markets, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::parse_many, m)?)?;
     m.add_function(wrap_pyfunction!(ta::ta_series, m)?)?;
+    m.add_function(wrap_pyfunction!(ta::indicator_text, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::empty_frames, m)?)?;
     m.add_function(wrap_pyfunction!(parsing::frame_buffer_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(client::check_base_url, m)?)?;

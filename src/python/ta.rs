@@ -7,7 +7,7 @@ use pyo3::types::PyDict;
 use pyo3_polars::{PyDataFrame, PySeries};
 
 use crate::frames::columns::frame;
-use crate::model::indicators::{Indicator, Reported, KINDS, RECIPES};
+use crate::model::indicators::{recipe, Indicator, Reported, KINDS, RECIPES};
 
 /// The closes as floats, a null one `None`: a gap, as a NaN is, that `crate::ta::series_over_gaps` does not bridge.
 fn closes(series: &Series) -> PyResult<Vec<Option<f64>>> {
@@ -83,6 +83,18 @@ pub(super) fn recipes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         recipes.set_item(recipe.family, entry)?;
     }
     Ok(recipes)
+}
+
+/// The text the service writes for `value` of the text family `family` (MACD: `Cross Above`
+/// when the line is above its signal line, else `Cross Below`), for `research.verify`.
+#[pyfunction]
+pub(super) fn indicator_text(family: &str, value: f64) -> PyResult<&'static str> {
+    let recipe =
+        recipe(family).ok_or_else(|| PyValueError::new_err(format!("{family:?} is not an indicator family")))?;
+    recipe
+        .reported
+        .text(value)
+        .ok_or_else(|| PyValueError::new_err(format!("{family} is written as a number, not a text")))
 }
 
 /// One indicator series over `values`: `kind` is one of `model::indicators::KINDS`; a Series back

@@ -11,7 +11,7 @@ use super::market::{last_close_ms, last_close_of, level_of, Candle, TokenMarket,
 use super::random::Rng;
 use super::repaint::provisional_close_factor;
 use crate::model::fields::pattern_families;
-use crate::model::indicators::{Reported, RECIPES};
+use crate::model::indicators::RECIPES;
 use crate::model::timestamp::{format_iso_timestamp, format_ta_timestamp};
 use crate::ta;
 
@@ -226,10 +226,10 @@ fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
         for recipe in RECIPES {
             let value = ta::last(recipe, &closes);
             let key = format!("{}_{interval}", recipe.family);
-            match recipe.reported {
-                Reported::Number => number(o, &key, value.unwrap_or(f64::NAN)),
-                Reported::Sign { above, below } => {
-                    let _ = write!(o, "\"{key}\":\"{}\",", if value.is_some_and(|v| v > 0.0) { above } else { below });
+            match recipe.reported.text(value.unwrap_or(0.0)) {
+                None => number(o, &key, value.unwrap_or(f64::NAN)),
+                Some(text) => {
+                    let _ = write!(o, "\"{key}\":\"{text}\",");
                 }
             }
         }

@@ -28,11 +28,8 @@ def _last(recipe: "_core._Recipe", closes: pl.Series) -> Optional[float]:
     return None if value is None else float(value)
 
 
-def _text(recipe: "_core._Recipe", value: Optional[float]) -> Optional[str]:
-    if value is None or recipe["text"] is None:
-        return None
-    above, below = recipe["text"]
-    return above if value > 0 else below
+def _text(family: str, value: Optional[float]) -> Optional[str]:
+    return None if value is None else _core.indicator_text(family, value)
 
 
 def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
@@ -136,10 +133,10 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
             continue
         warmups = [_last(recipe, closes.tail(recipe["period"] * times + 1)) for times in (1, 2, 3)]
         if textual:
-            text = _text(recipe, recomputed)
+            text = _text(indicator, recomputed)
             ok = vendor == text or abs(recomputed) <= tolerance
             rows.append(
-                (token, interval, indicator, vendor, text, recomputed, ok, *[_text(recipe, w) for w in warmups])
+                (token, interval, indicator, vendor, text, recomputed, ok, *[_text(indicator, w) for w in warmups])
             )
         else:
             diff = vendor - recomputed
