@@ -340,6 +340,8 @@ def test_verify_checks_the_text_signals_and_catches_a_flipped_one() -> None:
     assert checked.height == 2 * 5 and checked["ok"].all(), checked.filter(~pl.col("ok"))
     assert set(checked["vendor"]) <= {"Cross Above", "Cross Below"}
     assert (checked["vendor"] == checked["recomputed"]).all()
+    # Every warm-up gives a text: the first from the 34 closes a MACD(12, 26, 9) signal needs.
+    assert checked.select("from_1x", "from_2x", "from_3x").null_count().row(0) == (0, 0, 0)
     flip = {"Cross Above": "Cross Below", "Cross Below": "Cross Above"}
     flipped = frames.signals.with_columns(
         pl.when((pl.col("token") == "bitcoin") & (pl.col("interval") == "15m"))
@@ -367,7 +369,7 @@ def test_verify_says_why_when_nothing_could_be_checked() -> None:
         assert defilens.verify(frames.indicators, renamed).is_empty()
     # Too few candles to fill a window: say how many are needed.
     short = candles.group_by("token", "interval").tail(10)
-    with pytest.warns(defilens.DefiLensWarning, match=r"too few candles.*sma100: 10 candles, its period is 100"):
+    with pytest.warns(defilens.DefiLensWarning, match=r"too few candles.*sma100: 10 candles, it needs 100"):
         defilens.verify(frames.indicators.filter(pl.col("indicator") == "sma100"), short)
     # Only some rows without candles (candles of one interval, as the guide does): no warning.
     hourly = candles.filter(pl.col("interval") == "1h")

@@ -54,6 +54,7 @@ class _Recipe(TypedDict):
     params: Dict[str, Any]
     column: Optional[str]
     period: int
+    warm_up: int
     text: Optional[Tuple[str, str]]
 
 __version__: str
@@ -68,7 +69,8 @@ FAMILY_INTERVALS: List[Tuple[str, str, List[str]]]
 INDICATOR_KINDS: List[str]
 #: Every indicator family's recipe, the core's one table: family -> the kind and parameters of
 #: `ta_series`, the column it reports (of a kind with several), its period (what a warm-up of N
-#: candles counts in), and the (above, below) texts a text family is reported as by the sign.
+#: candles counts in), its warm-up (the fewest closes that give a value), and the (above, below)
+#: texts a text family is reported as by the sign.
 INDICATOR_RECIPES: Dict[str, _Recipe]
 INTERVALS: List[str]
 #: How long a candle of each interval is, in milliseconds.

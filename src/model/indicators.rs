@@ -52,6 +52,16 @@ impl Indicator {
             Indicator::Macd { slow, .. } => slow,
         }
     }
+
+    /// The fewest closes that give a value of every column, as `crate::ta` starts them (TA-Lib's
+    /// way): an RSI needs `n` changes, a MACD's signal line `signal` values of its line.
+    pub fn warm_up(&self) -> usize {
+        match *self {
+            Indicator::Rsi { n } => n + 1,
+            Indicator::Sma { n } | Indicator::Bbands { n, .. } => n,
+            Indicator::Macd { slow, signal, .. } => slow + signal - 1,
+        }
+    }
 }
 
 /// How the service writes a family's value.

@@ -66,7 +66,8 @@ pub(super) fn parameters<'py>(py: Python<'py>, indicator: &Indicator) -> PyResul
 }
 
 /// Every indicator family's recipe, for `research.verify`: family -> kind, its parameters, the
-/// column it reports, its period, and the texts it is reported as (`None` for a number).
+/// column it reports, its period, its warm-up (the fewest closes that give a value), and the
+/// texts it is reported as (`None` for a number).
 pub(super) fn recipes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let recipes = PyDict::new(py);
     for recipe in RECIPES {
@@ -75,6 +76,7 @@ pub(super) fn recipes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         entry.set_item("params", parameters(py, &recipe.indicator)?)?;
         entry.set_item("column", recipe.column)?;
         entry.set_item("period", recipe.indicator.period())?;
+        entry.set_item("warm_up", recipe.indicator.warm_up())?;
         let text = match recipe.reported {
             Reported::Number => None,
             Reported::Sign { above, below } => Some((above, below)),

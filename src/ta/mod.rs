@@ -153,6 +153,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_warm_up_is_the_fewest_closes_that_give_every_column() {
+        let closes: Vec<f64> = (0..300).map(|i| 100.0 + (f64::from(i) * 0.7).sin() * 5.0).collect();
+        for recipe in crate::model::indicators::RECIPES {
+            let need = recipe.indicator.warm_up();
+            let full = series(&recipe.indicator, &closes[..need]);
+            let short = series(&recipe.indicator, &closes[..need - 1]);
+            assert!(full.iter().all(|column| column.last().copied().flatten().is_some()), "{}", recipe.family);
+            assert!(short.iter().any(|column| column.last().copied().flatten().is_none()), "{}", recipe.family);
+        }
+    }
+
+    #[test]
     fn a_gap_is_null_and_the_series_starts_again_after_it() {
         let closes: Vec<f64> = (1..=30).map(f64::from).collect();
         let mut holed: Vec<Option<f64>> = closes.iter().copied().map(Some).collect();

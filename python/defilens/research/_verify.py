@@ -77,8 +77,9 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
     One row per value: ``token``, ``interval``, ``indicator``, ``vendor``, ``recomputed``,
     ``diff``, ``ok`` (``|diff| <= tolerance * max(1, |recomputed|)``), and the warm-up
     sensitivity: ``from_1x``, ``from_2x``, ``from_3x``, the value recomputed from only the last
-    N, 2N and 3N candles (N the period): an RSI that changes between them depends on how much
-    history it was started with, the usual reason two vendors disagree. For texts, ``vendor``,
+    W, W + N and W + 2N candles (W the fewest that give a value: N + 1 for an RSI of N, 34 for
+    MACD(12, 26, 9); N the period): an RSI that changes between them depends on how much history
+    it was started with, the usual reason two vendors disagree. For texts, ``vendor``,
     ``recomputed`` and the warm-ups are texts, and ``margin`` (instead of ``diff``) is the number
     whose sign gives the text (MACD - signal); ``ok`` when the texts agree or ``|margin| <=
     tolerance`` (a tie that rounding may tip either way).
@@ -131,7 +132,8 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
         if recomputed is None:
             too_few[indicator] = min(too_few.get(indicator, closes.len()), closes.len())
             continue
-        warmups = [_last(recipe, closes.tail(recipe["period"] * times + 1)) for times in (1, 2, 3)]
+        # The fewest closes that give a value, then a period and two more of history.
+        warmups = [_last(recipe, closes.tail(recipe["warm_up"] + recipe["period"] * more)) for more in (0, 1, 2)]
         if textual:
             text = _text(indicator, recomputed)
             ok = vendor == text or abs(recomputed) <= tolerance
@@ -173,8 +175,7 @@ def _warn_left_out(
     reasons = []
     if too_few:
         shortest = ", ".join(
-            f"{family}: {n} candles, its period is {families[family]['period']}"
-            for family, n in sorted(too_few.items())
+            f"{family}: {n} candles, it needs {families[family]['warm_up']}" for family, n in sorted(too_few.items())
         )
         reasons.append(f"too few candles to fill the window of {shortest}")
     if not rows and values.height:
