@@ -94,18 +94,28 @@ fn data_field<'a>(rows: &mut ListingRows<'a>, key: &str, raw: &'a RawValue) -> O
     Some(())
 }
 
-fn general_info<'a>(rows: &mut ListingRows<'a>, raw: &'a RawValue) -> Option<()> {
+/// The members of the object at `field`: none for `null`, none and a drift row (`expected`) for
+/// another value; `None` when the body is not JSON.
+fn object_at<'a>(
+    rows: &mut ListingRows<'a>,
+    raw: &'a RawValue,
+    field: &str,
+    expected: &'static str,
+) -> Option<Vec<(Cow<'a, str>, &'a RawValue)>> {
     let text = raw.get();
     if text == "null" {
-        return Some(());
+        return Some(Vec::new());
     }
     if !text.starts_with('{') {
-        let mismatch = Mismatch { expected: "the generalInfo object", found: found(raw)? };
-        drift(rows, "generalInfo".into(), mismatch);
-        return Some(());
+        drift(rows, field.into(), Mismatch { expected, found: found(raw)? });
+        return Some(Vec::new());
     }
     let members: Members<'a> = serde_json::from_str(text).ok()?;
-    for (key, raw) in members.0 {
+    Some(members.0)
+}
+
+fn general_info<'a>(rows: &mut ListingRows<'a>, raw: &'a RawValue) -> Option<()> {
+    for (key, raw) in object_at(rows, raw, "generalInfo", "the generalInfo object")? {
         if let Some(field) = plain_field(&key) {
             match convert(value(raw)?, PLAIN_FIELDS[field].1) {
                 Ok(typed) => *plain_slot(&mut rows.info, field) = typed,
@@ -123,17 +133,7 @@ fn general_info<'a>(rows: &mut ListingRows<'a>, raw: &'a RawValue) -> Option<()>
 }
 
 fn community<'a>(rows: &mut ListingRows<'a>, raw: &'a RawValue) -> Option<()> {
-    let text = raw.get();
-    if text == "null" {
-        return Some(());
-    }
-    if !text.starts_with('{') {
-        let mismatch = Mismatch { expected: "an object of community links", found: found(raw)? };
-        drift(rows, "generalInfo.community".into(), mismatch);
-        return Some(());
-    }
-    let members: Members<'a> = serde_json::from_str(text).ok()?;
-    for (key, raw) in members.0 {
+    for (key, raw) in object_at(rows, raw, "generalInfo.community", "an object of community links")? {
         if let Some(slot) = COMMUNITY_KEYS.iter().position(|k| *k == key) {
             rows.info.community[slot] = match convert(value(raw)?, ScalarType::Str) {
                 Ok(typed) => community_link(typed),
