@@ -93,35 +93,32 @@ pub const SNAPSHOT_FIELDS: &[(&str, ScalarType)] = &[
     ("short_liquidation_24h", F64),
 ];
 
-/// The place of `name` in `SNAPSHOT_FIELDS`, found when compiling (a name not there does not compile).
-const fn snapshot_field_at(name: &str) -> usize {
+/// The column of a snapshot field, by its place in `SNAPSHOT_FIELDS`. A scan: bodies' keys are
+/// classified through `CATALOGUE_KEYS` (a hash map built once) and the fast path's remembered
+/// routes, so this runs only while the catalogue is built and for keys outside it. A `const fn`,
+/// so that the places of `ID_FIELD` and `SYMBOL_ID_FIELD` are found when compiling.
+pub const fn snapshot_field_index(key: &str) -> Option<usize> {
     let mut index = 0;
     while index < SNAPSHOT_FIELDS.len() {
-        let (field, wanted) = (SNAPSHOT_FIELDS[index].0.as_bytes(), name.as_bytes());
-        if field.len() == wanted.len() {
+        let (name, wanted) = (SNAPSHOT_FIELDS[index].0.as_bytes(), key.as_bytes());
+        if name.len() == wanted.len() {
             let mut byte = 0;
-            while byte < field.len() && field[byte] == wanted[byte] {
+            while byte < name.len() && name[byte] == wanted[byte] {
                 byte += 1;
             }
-            if byte == field.len() {
-                return index;
+            if byte == name.len() {
+                return Some(index);
             }
         }
         index += 1;
     }
-    panic!("not a field of SNAPSHOT_FIELDS")
+    None
 }
 
-/// `data.id` and `data.symbol_id`, the two names a body gives its token by.
-pub const ID_FIELD: usize = snapshot_field_at("id");
-pub const SYMBOL_ID_FIELD: usize = snapshot_field_at("symbol_id");
-
-/// The column of a snapshot field, by its place in `SNAPSHOT_FIELDS`. A scan: bodies' keys are
-/// classified through `CATALOGUE_KEYS` (a hash map built once) and the fast path's remembered
-/// routes, so this runs only while the catalogue is built and for keys outside it.
-pub fn snapshot_field_index(key: &str) -> Option<usize> {
-    SNAPSHOT_FIELDS.iter().position(|(name, _)| *name == key)
-}
+/// `data.id` and `data.symbol_id`, the two names a body gives its token by (a name not in
+/// `SNAPSHOT_FIELDS` does not compile).
+pub const ID_FIELD: usize = snapshot_field_index("id").expect("id is a snapshot field");
+pub const SYMBOL_ID_FIELD: usize = snapshot_field_index("symbol_id").expect("symbol_id is a snapshot field");
 
 /// What a known interval-suffixed family carries. Routing is by the JSON type of the value
 /// (see `flatten`); the expectation decides how tolerant to be and what counts as malformed.

@@ -4,7 +4,7 @@ vendor's?" answered row by row, with the warm-up sensitivity that is its usual c
 from __future__ import annotations
 
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import polars as pl
 
@@ -37,9 +37,7 @@ def _check_candles(candles: pl.DataFrame) -> pl.DataFrame:
     missing = needed - set(candles.columns)
     if missing:
         raise ValueError(f"candles needs the columns {sorted(needed)}; {sorted(missing)} are missing")
-    if candles["close"].null_count():
-        raise ValueError("candles has null closes: an indicator needs every close")
-    odd = candles.filter(~pl.col("close").cast(pl.Float64).is_finite())
+    odd = candles.filter(~pl.col("close").cast(pl.Float64).is_finite().fill_null(False))
     if odd.height:
         token, interval, at, close = odd.select("token", "interval", "open_time", "close").row(0)
         raise ValueError(
@@ -144,7 +142,7 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
             diff = vendor - recomputed
             ok = abs(diff) <= tolerance * max(1.0, abs(recomputed))
             rows.append((token, interval, indicator, vendor, recomputed, diff, ok, *warmups))
-    _warn_left_out(values, candles, rows, left_out, too_few, families, textual)
+    _warn_left_out(values, candles, len(rows), left_out, too_few, families, textual)
     kind = pl.String if textual else pl.Float64
     schema = {
         "token": pl.String,
@@ -164,7 +162,7 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
 def _warn_left_out(
     values: pl.DataFrame,
     candles: pl.DataFrame,
-    rows: List[tuple],
+    checked: int,
     left_out: Dict[str, int],
     too_few: Dict[str, int],
     families: Dict[str, "_core._Recipe"],
@@ -178,7 +176,7 @@ def _warn_left_out(
             f"{family}: {n} candles, it needs {families[family]['warm_up']}" for family, n in sorted(too_few.items())
         )
         reasons.append(f"too few candles to fill the window of {shortest}")
-    if not rows and values.height:
+    if not checked and values.height:
         if left_out["no candles"]:
             tokens = sorted(candles["token"].unique().to_list())[:5]
             reasons.append(
