@@ -27,15 +27,23 @@ def random_walk_history(
     every: dt.timedelta = dt.timedelta(minutes=15),
     skip: Mapping[int, Set[str]] = {},
     edit: Optional[Callable[[str, pl.DataFrame], pl.DataFrame]] = None,
+    times: Optional[Sequence[dt.timedelta]] = None,
+    start: str = START,
 ) -> None:
     """``rounds`` rounds of ``tokens`` from a Sandbox with ``seed``, every ``every`` of simulated
-    time from START, written to ``root`` as `collect` would lay them out. ``skip`` leaves tokens
-    out of some rounds (round number -> tokens), as a round that failed for them would; ``edit``
-    changes a table's rows (table name, rows) before they are committed."""
+    time from ``start``, written to ``root`` as `collect` would lay them out, but in one commit
+    that names no rounds (so their rounds are inferred from the fetches). ``times`` places the
+    rounds instead (offsets from ``start``, increasing). ``skip`` leaves tokens out of some rounds
+    (round number -> tokens), as a round that failed for them would; ``edit`` changes a table's
+    rows (table name, rows) before they are committed."""
+    offsets = list(times) if times is not None else [every * number for number in range(rounds)]
     parts: Dict[str, List[pl.DataFrame]] = defaultdict(list)
-    with defilens.testing.Sandbox(now=START, seed=seed, speed=0) as sandbox:
+    with defilens.testing.Sandbox(now=start, seed=seed, speed=0) as sandbox:
         client = defilens.Client(base_url=sandbox)
-        for number in range(rounds):
+        origin = sandbox.now
+        for number, offset in enumerate(offsets):
+            if origin + offset > sandbox.now:
+                sandbox.advance(origin + offset - sandbox.now)
             started = sandbox.now
             ids = [token for token in tokens if token not in skip.get(number, set())]
             frames = client.fetch(ids, markets=False)
@@ -43,7 +51,6 @@ def random_walk_history(
             assert failed == 0
             for name, frame in tables.items():
                 parts[name].append(frame)
-            sandbox.advance(every)
     tables = {name: pl.concat(frames) for name, frames in parts.items()}
     if edit is not None:
         tables = {name: edit(name, frame) for name, frame in tables.items()}

@@ -295,6 +295,7 @@ def test_a_run_keeps_the_spacing_of_its_rounds_only_when_far_from_what_it_record
     monkeypatch: pytest.MonkeyPatch, spacing: dt.timedelta, every: dt.timedelta, source: str
 ) -> None:
     import defilens.research._cadence as cadence
+    import defilens.research._rounds as rounds
     from defilens.history._settings import runs_of
 
     recorded = 2.0 if source == "recorded" else 0.01
@@ -307,7 +308,7 @@ def test_a_run_keeps_the_spacing_of_its_rounds_only_when_far_from_what_it_record
         }
         for k in range(5)
     ]
-    monkeypatch.setattr(cadence, "runs", lambda root, spacing: runs_of(info, spacing))
+    monkeypatch.setattr(rounds, "runs", lambda root, spacing: runs_of(info, spacing))
     none = pl.DataFrame(schema={"token": pl.String, "interval": pl.String, "fetched_at": pl.Datetime("ms", "UTC")})
     found = cadence.cadence_of(None, none.drop("interval"), none).runs  # type: ignore[arg-type]
     assert found.select("every", "source").rows() == [(every, source)]

@@ -27,6 +27,7 @@ from ._scan import history_cut_at as history_cut_at
 from ._scan import load_ours as load_ours
 from ._scan import open_for_reading as open_for_reading
 from ._scan import scan_table as scan_table
+from ._settings import rounds as rounds
 from ._settings import runs as runs
 from ._tables import PARTITION as PARTITION
 from ._tables import append_table as append_table

@@ -182,6 +182,44 @@ def runs_of(info: Sequence[Mapping[str, Any]], spacing: bool = False) -> pl.Data
     return pl.DataFrame(out, schema=schema, orient="row").sort("first_start", "collector")
 
 
+#: The columns of `rounds_of`: one row a round the kept log records.
+ROUNDS_SCHEMA: Dict[str, pl.DataType] = {
+    "collector": pl.String(),
+    "round": pl.Int64(),
+    "start": pl.Datetime("ms", "UTC"),
+    "every": pl.Duration("ms"),
+    "spacing": pl.Duration("ms"),
+    "source": pl.String(),
+}
+
+
+def rounds_of(info: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """Every round the commit info records (`ROUNDS_SCHEMA`), by start: its collector, number and
+    start, and its run's ``every`` (recorded, else inferred: ``source``) and ``spacing`` (the
+    median time between the run's starts; None for a run of one round)."""
+    rows = _rounds(info)
+    if not rows:
+        return pl.DataFrame(schema=ROUNDS_SCHEMA)
+    starts = (
+        pl.DataFrame(rows, schema={"collector": pl.String, "round": pl.Int64, "start": pl.Datetime("ms", "UTC")})
+        .unique(["collector", "round"], keep="first")
+        .sort("start")
+    )
+    run_table = runs_of(info, spacing=True).select("collector", "first_start", "every", "spacing", "source")
+    return (
+        starts.join_asof(
+            run_table.sort("first_start"),
+            left_on="start",
+            right_on="first_start",
+            by="collector",
+            strategy="backward",
+            check_sortedness=False,  # both sorted by start, so within every collector too
+        )
+        .select(list(ROUNDS_SCHEMA))
+        .cast(ROUNDS_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
 def settings(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None) -> pl.DataFrame:
     """The settings the history at ``path`` was collected with, one row a run (a collector's
     rounds under one set of settings), oldest first: ``collector``, ``first_round``,
@@ -205,3 +243,11 @@ def runs(root: Root, spacing: bool = False) -> pl.DataFrame:
     if table is None:
         return runs_of([], spacing)
     return runs_of([commit.info for commit in commits(root, SOURCE_TABLE, table)], spacing)
+
+
+def rounds(root: Root) -> pl.DataFrame:
+    """`rounds_of` an opened root: every round its kept log records."""
+    table = load(root, SOURCE_TABLE)
+    if table is None:
+        return rounds_of([])
+    return rounds_of([commit.info for commit in commits(root, SOURCE_TABLE, table)])

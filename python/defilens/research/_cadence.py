@@ -21,12 +21,9 @@ import polars as pl
 from .._core import INTERVAL_MS
 from .._duration import format_duration, parse_every
 from .._storage import Root
-from ..history import runs
+from ._rounds import LATE, RUNS_SCHEMA, runs_made
 from ._scope import CANDLE_INTERVALS, _unknown
 
-#: How much later than its cadence a token's next fetch may come before the rounds between are
-#: counted as not made (a slow round, a late fetch within a round, are not).
-LATE = 1.5
 #: The shortest candle with a close time, in milliseconds.
 SHORTEST_CANDLE_MS = min(INTERVAL_MS[interval] for interval in CANDLE_INTERVALS)
 #: The words of ``expect``: every close between the first and the last seen, or none of them.
@@ -38,13 +35,8 @@ Expect = Union[None, str, float, dt.timedelta, Mapping[str, Any]]
 #: or a cadence in milliseconds that replaces the runs'.
 Rule = Union[None, str, int]
 
-CADENCE_SCHEMA: Dict[str, pl.DataType] = {
-    "collector": pl.String(),
-    "first_start": pl.Datetime("ms", "UTC"),
-    "last_start": pl.Datetime("ms", "UTC"),
-    "every": pl.Duration("ms"),
-    "source": pl.String(),
-}
+#: The runs an audit assumed (`Audit.cadence`).
+CADENCE_SCHEMA = RUNS_SCHEMA
 
 
 def _rule(value: Any, where: str) -> Rule:
@@ -94,17 +86,6 @@ def show_every(every: Optional[dt.timedelta]) -> str:
     return "unknown" if every is None else format_duration(every)
 
 
-def _inferred(fetches: pl.DataFrame) -> Optional[dt.timedelta]:
-    """The median time between a token's consecutive fetches, over every token."""
-    steps = (
-        fetches.sort("token", "fetched_at")
-        .select((pl.col("fetched_at").diff().over("token")).dt.total_milliseconds().alias("step"))
-        .filter(pl.col("step") > 0)["step"]
-    )
-    median = steps.median() if steps.len() else None
-    return None if median is None else dt.timedelta(milliseconds=round(float(median)))  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class Cadence:
     """The runs of a history with the cadence each kept (`CADENCE_SCHEMA`), each token's fetches
@@ -151,40 +132,11 @@ class Cadence:
 
 
 def cadence_of(root: Root, fetches: pl.DataFrame, blind: pl.DataFrame) -> Cadence:
-    """The runs of the history at ``root`` and the cadence of each: recorded in the commits of its
-    rounds, else inferred from them; rounds older than the kept log, or a history whose commits
-    name no rounds, get a cadence inferred from the fetches themselves. ``fetches`` and
-    ``blind`` as `Cadence` holds them (the day summaries keep them)."""
+    """The runs of the history at ``root`` and the cadence of each (`runs_made`: the rounds'
+    one owner, which labels and hand-offs read too). ``fetches`` and ``blind`` as `Cadence`
+    holds them (the day summaries keep them)."""
     fetches = fetches.select("token", "fetched_at").unique()
-    blind = blind.select("token", "interval", "fetched_at")
-    # A run whose rounds were further apart than it recorded kept their spacing: its clock was
-    # moved by somebody else (``on_round=lambda n, f: sandbox.advance("1h")``), or its rounds
-    # overran their ticks.
-    # (More than `LATE` times: a wall clock's rounds start a few milliseconds late.)
-    apart = pl.col("spacing").dt.total_milliseconds() > LATE * pl.col("every").dt.total_milliseconds()
-    found = (
-        runs(root, spacing=True)
-        .with_columns(
-            pl.when(apart).then(pl.lit("inferred")).otherwise(pl.col("source")).alias("source"),
-            pl.when(apart).then(pl.col("spacing")).otherwise(pl.col("every")).alias("every"),
-        )
-        .select(list(CADENCE_SCHEMA))
-    )
-    earliest = fetches["fetched_at"].min() if fetches.height else None
-    if earliest is not None and (found.is_empty() or found["first_start"].min() > earliest):  # type: ignore[operator]
-        before = fetches if found.is_empty() else fetches.filter(pl.col("fetched_at") < found["first_start"].min())
-        latest = before["fetched_at"].max()
-        every = _inferred(before) or _inferred(fetches)
-        head = pl.DataFrame(
-            [{"collector": None, "first_start": earliest, "last_start": latest, "every": every, "source": "inferred"}],
-            schema=CADENCE_SCHEMA,
-            orient="row",
-        )
-        found = pl.concat([head, found])
-    if found["every"].null_count():
-        fallback = _inferred(fetches)
-        found = found.with_columns(pl.col("every").fill_null(fallback))
-    return Cadence(found, fetches, blind)
+    return Cadence(runs_made(root, fetches), fetches, blind.select("token", "interval", "fetched_at"))
 
 
 def missed_closes(

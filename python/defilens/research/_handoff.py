@@ -14,7 +14,8 @@ import polars as pl
 
 from .._storage import PathLike
 from ..history import open_for_reading
-from ._labels import Horizon, _duration, cadence_of, fetched_prices, with_bars
+from ._labels import Horizon, _duration, entries_of, fetched_prices
+from ._rounds import ON_TIME, Rounds, rounds_made
 
 UTC_MS = pl.Datetime("ms", "UTC")
 
@@ -32,46 +33,60 @@ def _pandas(extra: str) -> Any:
     return pd
 
 
-def _bars(
+def _rounds(
     source: PathLike, tokens: Any, price: str, cadence: Optional[Horizon], storage_options: Optional[Mapping[str, Any]]
-) -> Tuple[pl.DataFrame, dt.timedelta]:
+) -> Rounds:
     root = open_for_reading(source, storage_options)
     prices = fetched_prices(root, tokens, price)
-    step = _duration("cadence", cadence) if cadence is not None else cadence_of(prices)
-    return with_bars(prices, step), step
+    return rounds_made(root, prices, _duration("cadence", cadence) if cadence is not None else None)
 
 
-def _wide_prices(pd: Any, bars: pl.DataFrame, step: dt.timedelta) -> Any:
-    """One row per round of the whole grid (a missing round is a row of NaN, never a copy of
-    the round before), one column per token; the index is tz-aware UTC."""
-    first, last = bars["bar"].min(), bars["bar"].max()
-    grid = pl.datetime_range(first, last, step, eager=True, time_unit="ms", time_zone="UTC").alias("bar")  # type: ignore[call-overload]
+def _wide_prices(pd: Any, made: Rounds) -> Any:
+    """One row per round made (a round a token missed is NaN there, never a copy of the round
+    before), one column per token; the index is tz-aware UTC, the rounds' starts. When every
+    round kept one cadence on one grid, the index is that grid (a round's start a few
+    milliseconds after its tick is put on it) and carries it as its ``freq``."""
+    starts = made.rounds["start"]
+    grid, step = _grid(starts, made.rounds["every"])
+    placed = made.token_rounds.filter(pl.col("fetched_at").is_not_null()).select("token", "start", "price")
     wide = (
-        grid.to_frame()
-        .join(bars.pivot(on="token", index="bar", values="price", sort_columns=True), on="bar", how="left")
-        .sort("bar")
+        starts.to_frame()
+        .join(placed.pivot(on="token", index="start", values="price", sort_columns=True), on="start", how="left")
+        .sort("start")
     )
-    frame = wide.to_pandas().set_index("bar")
-    frame.index = pd.DatetimeIndex(frame.index, freq=pd.Timedelta(step), name="date")
+    frame = wide.to_pandas().set_index("start")
+    if grid is not None:
+        frame.index = pd.DatetimeIndex(grid.to_list(), freq=pd.Timedelta(step), name="date")
+    else:
+        frame.index = pd.DatetimeIndex(frame.index, name="date")
     frame.columns.name = "asset"
     return frame
 
 
-def _entries(signals: pl.DataFrame, bars: pl.DataFrame, step: dt.timedelta, knowable: str, value: str) -> pl.DataFrame:
-    """Each signal with the round it can first be acted on: the first round strictly after it
-    became knowable (a missing round drops the signal rather than delay it)."""
-    keyed = signals.select("token", pl.col(knowable).cast(UTC_MS).alias("_knowable"), value).sort("_knowable")
-    entered = keyed.join_asof(
-        bars.select("token", "fetched_at", "bar"),
-        left_on="_knowable",
-        right_on="fetched_at",
-        by="token",
-        strategy="forward",
-        allow_exact_matches=False,
-        check_sortedness=False,
+def _grid(starts: pl.Series, every: pl.Series) -> "Tuple[Optional[pl.Series], Optional[dt.timedelta]]":
+    """The rounds' starts on their common grid (first start + k * cadence), when they keep one
+    cadence with no round left out and none off the grid by more than `ON_TIME` of it."""
+    step = every.unique()
+    if step.len() != 1 or starts.len() < 2:
+        return None, None
+    cadence = step[0]
+    assert isinstance(cadence, dt.timedelta)
+    grid = pl.datetime_range(
+        starts[0], starts[0] + cadence * (starts.len() - 1), cadence, eager=True, time_unit="ms", time_zone="UTC"
     )
-    late = pl.col("bar") - pl.col("_knowable") > pl.lit(step)
-    return entered.filter(pl.col("bar").is_not_null() & ~late)
+    off = (starts - grid).dt.total_milliseconds().abs().max()
+    if off is None or off > ON_TIME * cadence.total_seconds() * 1000:  # type: ignore[operator]
+        return None, None
+    return grid.alias("start"), cadence
+
+
+def _on_grid(frame: pl.DataFrame, made: Rounds, column: str) -> pl.DataFrame:
+    """``column`` (a round's start) put on the rounds' grid, when they keep one (`_grid`)."""
+    grid, _ = _grid(made.rounds["start"], made.rounds["every"])
+    if grid is None:
+        return frame
+    mapping = pl.DataFrame({column: made.rounds["start"], "_grid": grid})
+    return frame.join(mapping, on=column, how="left").with_columns(pl.col("_grid").alias(column)).drop("_grid")
 
 
 def to_alphalens(
@@ -98,21 +113,28 @@ def to_alphalens(
     for column in ("token", knowable, value):
         if column not in frame.columns:
             raise ValueError(f"signals has no {column!r} column; its columns are {', '.join(frame.columns)}")
-    bars, step = _bars(source, frame["token"].unique().to_list(), price, cadence, storage_options)
-    entered = _entries(frame, bars, step, knowable, value)
-    duplicated = entered.select("bar", "token").is_duplicated().sum()
+    made = _rounds(source, frame["token"].unique().to_list(), price, cadence, storage_options)
+    decisions = frame.select("token", pl.col(knowable).cast(UTC_MS).alias("_moment"), value).sort("_moment")
+    entered = _on_grid(
+        entries_of(decisions, made.token_rounds, strict=True).filter(pl.col("_entry_missing").is_null()),
+        made,
+        "_entry_start",
+    )
+    duplicated = entered.select("_entry_start", "token").is_duplicated().sum()
     if duplicated:
         raise ValueError(
             f"{duplicated:,} signals share a token and an entry round: alphalens takes one factor value per token and "
             "date (give one signal per token and decision, on decisions at least one round apart)"
         )
     factor = (
-        entered.select(pl.col("bar").alias("date"), pl.col("token").alias("asset"), pl.col(value).alias("factor"))
+        entered.select(
+            pl.col("_entry_start").alias("date"), pl.col("token").alias("asset"), pl.col(value).alias("factor")
+        )
         .sort("date", "asset")
         .to_pandas()
         .set_index(["date", "asset"])["factor"]
     )
-    return factor, _wide_prices(pd, bars, step)
+    return factor, _wide_prices(pd, made)
 
 
 def to_vectorbt(
@@ -150,20 +172,20 @@ def to_vectorbt(
     if chosen.height == 0:
         horizons = ", ".join(str(h) for h in frame["horizon"].unique().sort().to_list())
         raise ValueError(f"no labelled trade at horizon {horizon!r} (the labels' horizons: {horizons})")
-    bars, step = _bars(source, frame["token"].unique().to_list(), price, cadence, storage_options)
-    close = _wide_prices(pd, bars, step)
-    at_bar = bars.select("token", "fetched_at", "bar")
-    entry_bars = chosen.select("token", pl.col("entry_at").cast(UTC_MS).alias("fetched_at")).join(
-        at_bar, on=["token", "fetched_at"], how="inner"
-    )
-    exit_bars = chosen.select("token", pl.col("exit_at").cast(UTC_MS).alias("fetched_at")).join(
-        at_bar, on=["token", "fetched_at"], how="inner"
-    )
-    return close, _marks(pd, close, entry_bars), _marks(pd, close, exit_bars)
+    made = _rounds(source, frame["token"].unique().to_list(), price, cadence, storage_options)
+    close = _wide_prices(pd, made)
+    fetched = made.token_rounds.filter(pl.col("fetched_at").is_not_null()).select("token", "fetched_at", "start")
+    marks = []
+    for column in ("entry_at", "exit_at"):
+        at = chosen.select("token", pl.col(column).cast(UTC_MS).alias("fetched_at")).join(
+            fetched, on=["token", "fetched_at"], how="inner"
+        )
+        marks.append(_marks(pd, close, _on_grid(at, made, "start")))
+    return close, marks[0], marks[1]
 
 
 def _marks(pd: Any, close: Any, rows: pl.DataFrame) -> Any:
     marks = pd.DataFrame(False, index=close.index, columns=close.columns)
-    for token, bar in rows.select("token", "bar").iter_rows():
-        marks.at[pd.Timestamp(bar), token] = True
+    for token, start in rows.select("token", "start").iter_rows():
+        marks.at[pd.Timestamp(start), token] = True
     return marks

@@ -2,12 +2,13 @@
 collector fetched, entered strictly after a signal became knowable and never filled across a
 missing round.
 
-Prices are the snapshot's, one per fetch. Fetches are placed on the history's rounds: the
-cadence (the spacing of a token's consecutive fetches, or the one given) lays a grid from the
-first fetch, and each fetch belongs to the nearest grid time (its ``bar``). A horizon is counted
-on that grid, from the entry's round to the first round at or after it plus the horizon, so a
+Prices are the snapshot's, one per fetch, on the rounds the collectors made (`_rounds`: recorded
+in their commits, inferred only where nothing was recorded). The entry is the token's fetch in the
+first round after the decision, if that round comes within one cadence of it; the exit its fetch
+in the first round at or after the entry round's start plus the horizon, if that round comes
+within one cadence of that moment. A horizon is counted from round start to round start, so a
 round's fetches spreading over its first seconds cannot push an exit a whole round late, and
-alphalens or vectorbt, which count bars, see the same returns."""
+alphalens or vectorbt, which count rounds, see the same returns."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from ..history import open_for_reading, scan_table
 from ._membership import within
+from ._rounds import ON_TIME, rounds_made
 from ._scope import CANDLE_INTERVALS, scope_of
 
 UTC_MS = pl.Datetime("ms", "UTC")
@@ -32,6 +34,7 @@ MISSING_ENTRY = "no entry round"  # the token was not fetched in the first round
 MISSING_EXIT = "no exit round"  # the token was not fetched in the round the horizon ends in
 PAST_END = "past the history's end"  # the exit lies after the last round collected
 NO_PRICE = "no price"  # the fetch had no price, or one of 0 or below (a service's "unknown")
+SHORT_HORIZON = "horizon under the cadence"  # the entry round's run polled less often than the horizon
 
 #: The columns `forward_returns` adds, in order.
 LABEL_COLUMNS = [
@@ -94,30 +97,6 @@ def fetched_prices(root: Any, tokens: Optional[Sequence[str]], price: str) -> pl
     return prices
 
 
-def cadence_of(prices: pl.DataFrame) -> dt.timedelta:
-    """The history's polling cadence: the median spacing of a token's consecutive fetches."""
-    gaps = prices.select((pl.col("fetched_at").diff().over("token")).alias("gap")).drop_nulls()
-    gaps = gaps.filter(pl.col("gap") > dt.timedelta(0))
-    if gaps.height == 0:
-        raise HistoryError("the history holds one round only: a forward return needs at least two")
-    median = gaps["gap"].median()
-    assert isinstance(median, dt.timedelta)
-    # Rounds are scheduled on whole seconds; a few milliseconds of spread are not the cadence.
-    return dt.timedelta(seconds=max(1, round(median.total_seconds())))
-
-
-def with_bars(prices: pl.DataFrame, cadence: dt.timedelta) -> pl.DataFrame:
-    """Each fetch with its round's grid time ``bar`` (nearest grid time from the first fetch);
-    a second fetch of a token in one round is dropped (the first one counts)."""
-    anchor = prices["fetched_at"].min()
-    step = int(cadence.total_seconds() * 1000)
-    offset = (pl.col("fetched_at") - pl.lit(anchor)).dt.total_milliseconds()
-    bar = pl.lit(anchor) + pl.duration(milliseconds=((offset + step // 2) // step) * step)
-    return (
-        prices.with_columns(bar.cast(UTC_MS).alias("bar")).unique(["token", "bar"], keep="first").sort("token", "bar")
-    )
-
-
 def fetch_span(root: Root) -> "tuple[Optional[dt.datetime], Optional[dt.datetime]]":
     """The first and the last fetch of the history (its snapshot's ``fetched_at``), None for none."""
     span = (
@@ -177,6 +156,44 @@ def _aware(moment: Any, what: str) -> dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
 
 
+def entries_of(decisions: pl.DataFrame, rounds: pl.DataFrame, *, strict: bool) -> pl.DataFrame:
+    """The one entry rule: each decision (``token``, ``_moment``, sorted by ``_moment``) with the
+    first round after it among its token's ``rounds`` (`Rounds.token_rounds`): ``_entry_start``,
+    ``_entry_every``, ``entry_at`` and ``entry_price`` (the token's fetch there), and
+    ``_entry_missing``, why it cannot be entered (null when it can). ``strict``: the round's
+    fetches come strictly after the moment (a round fetched at that very moment is the one the
+    signal was computed from); else at or after it (a moment plus a delay)."""
+    entries = decisions.join_asof(
+        rounds.select(
+            "token",
+            "opened",
+            pl.col("start").alias("_entry_start"),
+            pl.col("every").alias("_entry_every"),
+            pl.col("fetched_at").alias("entry_at"),
+            pl.col("price").alias("entry_price"),
+        ).sort("opened"),
+        left_on="_moment",
+        right_on="opened",
+        by="token",
+        strategy="forward",
+        allow_exact_matches=not strict,
+        check_sortedness=False,  # sorted by the moment, and each token's rounds by their opening
+    )
+    # The first round after the decision, or none: a round further than one cadence away means
+    # the collector made none in between (a pause), and a later round is never a late entry.
+    wait = pl.col("_entry_start") - pl.col("_moment")
+    late = wait > pl.col("_entry_every") if strict else wait >= pl.col("_entry_every")
+    return entries.with_columns(
+        pl.when(pl.col("_entry_start").is_null())
+        .then(pl.lit(PAST_END))
+        .when(late | pl.col("entry_at").is_null())
+        .then(pl.lit(MISSING_ENTRY))
+        .when(pl.col("entry_price").is_null())
+        .then(pl.lit(NO_PRICE))
+        .alias("_entry_missing")
+    )
+
+
 def forward_returns(
     source: PathLike,
     decisions: Union[pl.DataFrame, pl.LazyFrame],
@@ -198,16 +215,22 @@ def forward_returns(
     come back once per horizon, with every column they had, plus:
 
     - ``horizon`` (a Duration), ``entry_at`` and ``entry_price``: the token's fetch in the first
-      round strictly after ``knowable`` (or at or after ``knowable + entry_delay``);
-    - ``exit_at`` and ``exit_price``: its fetch in the first round at or after the entry's round
-      plus the horizon; ``forward_return`` is ``exit_price / entry_price - 1``;
+      round after ``knowable`` (its first fetch strictly after it; or at or after ``knowable +
+      entry_delay``), if that round started within one cadence of that moment;
+    - ``exit_at`` and ``exit_price``: its fetch in the first round that started at or after the
+      entry round's start plus the horizon, if it started within one cadence of that moment;
+      ``forward_return`` is ``exit_price / entry_price - 1``;
     - ``missing``: why a label is null: ``"no entry round"`` or ``"no exit round"`` (the token was
-      not fetched in that round: a price is never carried over from another round),
-      ``"past the history's end"``, ``"no price"`` (none fetched, or one of 0 or below);
+      not fetched in that round, or no round came within one cadence: the collector was paused;
+      a price is never carried over from another round), ``"past the history's end"``,
+      ``"no price"`` (none fetched, or one of 0 or below), ``"horizon under the cadence"`` (the
+      entry round's run polled less often than the horizon);
     - with ``path=True``, ``max_return`` and ``min_return`` over the fetches from entry to exit.
 
-    Rounds are the history's polling grid: ``cadence`` (a duration) or, by default, the median
-    spacing of a token's fetches. A horizon shorter than the cadence is refused.
+    Rounds are the ones the collectors made, as their commits record them (each run with its own
+    cadence: a restart off the old grid or at another cadence is followed round by round),
+    inferred from the fetches only where nothing was recorded; ``cadence`` (a duration) replaces
+    every run's. A horizon shorter than every run's cadence is refused.
 
     ``universe`` (what `defilens.universe` gives) keeps only the decisions whose token was a
     member at its ``knowable`` moment.
@@ -241,16 +264,18 @@ def forward_returns(
     root = open_for_reading(source, storage_options)
     tokens = frame["token"].unique().to_list()
     prices = fetched_prices(root, tokens, price)
-    step = _duration("cadence", cadence) if cadence is not None else cadence_of(prices)
-    short = [h for h in horizon_list if h < step]
+    made = rounds_made(root, prices, _duration("cadence", cadence) if cadence is not None else None)
+    if made.rounds.height < 2:
+        raise HistoryError("the history holds one round only: a forward return needs at least two")
+    shortest = made.rounds["every"].min()
+    short = [h for h in horizon_list if shortest is not None and h < shortest]  # type: ignore[operator]
     if short:
         raise ValueError(
-            f"horizon {format_duration(short[0])} is shorter than the history's polling cadence ({format_duration(step)}): no round "
-            f"can price it; use horizons of {format_duration(step)} or more"
+            f"horizon {format_duration(short[0])} is shorter than the history's polling cadence "
+            f"({format_duration(shortest)}): no round can price it; use horizons of {format_duration(shortest)} or more"  # type: ignore[arg-type]
         )
-    bars = with_bars(prices, step)
-    first, last = bars["fetched_at"].min(), bars["fetched_at"].max()
-    last_bar = bars["bar"].max()
+    rounds = made.token_rounds
+    first, last = prices["fetched_at"].min(), prices["fetched_at"].max()
     times = frame[knowable].cast(UTC_MS)
     earliest, latest = times.min(), times.max()
     if earliest is not None and (latest < first or earliest > last):  # type: ignore[operator]
@@ -259,50 +284,44 @@ def forward_returns(
         )
 
     keyed = frame.with_row_index("_decision").with_columns(pl.col(knowable).cast(UTC_MS).alias("_knowable"))
-    target = pl.col("_knowable") + (pl.lit(delay) if delay is not None else pl.lit(dt.timedelta(0)))
-    keyed = keyed.with_columns(target.alias("_entry_target")).sort("_entry_target")
-    entries = keyed.select("_decision", "token", "_entry_target").join_asof(
-        bars.select(
-            "token",
-            pl.col("fetched_at").alias("entry_at"),
-            pl.col("bar").alias("_entry_bar"),
-            pl.col("price").alias("entry_price"),
-        ),
-        left_on="_entry_target",
-        right_on="entry_at",
-        by="token",
-        strategy="forward",
-        allow_exact_matches=delay is not None,
-        check_sortedness=False,  # sorted by the target within each token, which polars cannot check with by=
-    )
-    # The entry must be the first round after the target, not a later one: a missing round is no
-    # entry, never a late one. The first grid time after the target is at most one cadence away.
-    late = pl.col("_entry_bar") - pl.col("_entry_target") > pl.lit(step)
-    entries = entries.with_columns(
-        pl.when(pl.col("entry_at").is_null())
-        .then(pl.lit(PAST_END))
-        .when(late)
-        .then(pl.lit(MISSING_ENTRY))
-        .when(pl.col("entry_price").is_null())
-        .then(pl.lit(NO_PRICE))
-        .alias("_entry_missing")
-    )
-    by_bar = bars.select("token", "bar", pl.col("fetched_at").alias("exit_at"), pl.col("price").alias("exit_price"))
-    step_ms = int(step.total_seconds() * 1000)
+    moment = pl.col("_knowable") + (pl.lit(delay) if delay is not None else pl.lit(dt.timedelta(0)))
+    keyed = keyed.with_columns(moment.alias("_moment")).sort("_moment")
+    entries = entries_of(keyed.select("_decision", "token", "_moment"), rounds, strict=delay is None)
+    exits = rounds.select(
+        "token",
+        pl.col("start").alias("_exit_start"),
+        pl.col("every").alias("_exit_every"),
+        pl.col("fetched_at").alias("exit_at"),
+        pl.col("price").alias("exit_price"),
+    ).sort("_exit_start")
     labelled: List[pl.DataFrame] = []
     for horizon in horizon_list:
-        # The exit's round: the first grid time at or after the entry's plus the horizon.
-        rounds = -(-int(horizon.total_seconds() * 1000) // step_ms)
-        exit_bar = pl.col("_entry_bar") + pl.duration(milliseconds=rounds * step_ms)
-        one = entries.with_columns(exit_bar.alias("bar"), pl.lit(horizon).alias("horizon")).join(
-            by_bar, on=["token", "bar"], how="left"
+        # The exit's round: the first that started at or after the entry round's start plus the
+        # horizon (less the few milliseconds a round's start may lag its tick).
+        on_time = pl.col("_entry_every") * ON_TIME
+        target = pl.col("_entry_start") + pl.lit(horizon)
+        one = (
+            entries.with_columns(pl.lit(horizon).alias("horizon"), target.alias("_target"))
+            .with_columns((pl.col("_target") - on_time).alias("_exit_from"))
+            .sort("_exit_from")
+            .join_asof(
+                exits,
+                left_on="_exit_from",
+                right_on="_exit_start",
+                by="token",
+                strategy="forward",
+                check_sortedness=False,  # sorted by _exit_from, and each token's rounds by start
+            )
         )
+        paused = pl.col("_exit_start") - pl.col("_target") >= pl.col("_exit_every") - on_time
         reason = (
             pl.when(pl.col("_entry_missing").is_not_null())
             .then(pl.col("_entry_missing"))
-            .when(pl.col("bar") > pl.lit(last_bar))
+            .when(pl.col("_entry_every") > pl.lit(horizon))
+            .then(pl.lit(SHORT_HORIZON))
+            .when(pl.col("_exit_start").is_null())
             .then(pl.lit(PAST_END))
-            .when(pl.col("exit_at").is_null())
+            .when(paused | pl.col("exit_at").is_null())
             .then(pl.lit(MISSING_EXIT))
             .when(pl.col("exit_price").is_null())
             .then(pl.lit(NO_PRICE))
@@ -314,22 +333,23 @@ def forward_returns(
             pl.when(valid).then(pl.col("exit_price") / pl.col("entry_price") - 1).alias("forward_return"),
         )
         if path:
-            one = _with_path(one, bars)
-        labelled.append(one.rename({"bar": "_exit_bar"}))
-    labels = pl.concat(labelled)
+            one = _with_path(one, rounds)
+        labelled.append(one)
+    labels = pl.concat(labelled, how="diagonal_relaxed")
     columns = LABEL_COLUMNS + (PATH_COLUMNS if path else [])
-    out = keyed.drop("_knowable", "_entry_target").join(
-        labels.select("_decision", *columns), on="_decision", how="left"
-    )
+    out = keyed.drop("_knowable", "_moment").join(labels.select("_decision", *columns), on="_decision", how="left")
     return out.sort("_decision", "horizon").drop("_decision").select(*[c for c in frame.columns], *columns)
 
 
-def _with_path(labels: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
+def _with_path(labels: pl.DataFrame, rounds: pl.DataFrame) -> pl.DataFrame:
     """``max_return`` and ``min_return``: the best and worst price from entry to exit, as a
     return on the entry price (a range join per token, kept in memory per horizon)."""
-    spans = labels.filter(pl.col("missing").is_null()).select("_decision", "token", "_entry_bar", "bar", "entry_price")
-    inside = spans.join(bars.select("token", pl.col("bar").alias("_at"), "price"), on="token").filter(
-        (pl.col("_at") >= pl.col("_entry_bar")) & (pl.col("_at") <= pl.col("bar"))
+    spans = labels.filter(pl.col("missing").is_null()).select(
+        "_decision", "token", "_entry_start", "_exit_start", "entry_price"
+    )
+    fetched = rounds.filter(pl.col("price").is_not_null()).select("token", pl.col("start").alias("_at"), "price")
+    inside = spans.join(fetched, on="token").filter(
+        (pl.col("_at") >= pl.col("_entry_start")) & (pl.col("_at") <= pl.col("_exit_start"))
     )
     extremes = inside.group_by("_decision").agg(
         (pl.col("price").max() / pl.col("entry_price").first() - 1).alias("max_return"),
