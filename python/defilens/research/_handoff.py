@@ -46,7 +46,7 @@ def _wide_prices(pd: Any, made: Rounds) -> Any:
     before), one column per token; the index is tz-aware UTC, the rounds' starts. When every
     round kept one cadence on one grid, the index is that grid (a round's start a few
     milliseconds after its tick is put on it) and carries it as its ``freq``."""
-    starts = made.rounds["start"]
+    starts = made.rounds["start"].unique().sort()
     grid, step = _grid(starts, made.rounds["every"])
     placed = made.token_rounds.filter(pl.col("fetched_at").is_not_null()).select("token", "start", "price")
     wide = (
@@ -82,10 +82,11 @@ def _grid(starts: pl.Series, every: pl.Series) -> "Tuple[Optional[pl.Series], Op
 
 def _on_grid(frame: pl.DataFrame, made: Rounds, column: str) -> pl.DataFrame:
     """``column`` (a round's start) put on the rounds' grid, when they keep one (`_grid`)."""
-    grid, _ = _grid(made.rounds["start"], made.rounds["every"])
+    starts = made.rounds["start"].unique().sort()
+    grid, _ = _grid(starts, made.rounds["every"])
     if grid is None:
         return frame
-    mapping = pl.DataFrame({column: made.rounds["start"], "_grid": grid})
+    mapping = pl.DataFrame({column: starts, "_grid": grid})
     return frame.join(mapping, on=column, how="left").with_columns(pl.col("_grid").alias(column)).drop("_grid")
 
 

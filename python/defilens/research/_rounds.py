@@ -163,7 +163,11 @@ def rounds_made(root: Root, prices: pl.DataFrame, cadence: Optional[dt.timedelta
     fetches = prices.select("token", "fetched_at", "price").sort("fetched_at")
     first_recorded = recorded["start"].min() if recorded.height else None
     unrecorded = fetches if first_recorded is None else fetches.filter(pl.col("fetched_at") < first_recorded)
-    made = pl.concat([_inferred_rounds(unrecorded), recorded]).sort("start")
+    made = (
+        pl.concat([_inferred_rounds(unrecorded), recorded])
+        .with_columns(pl.col("collector").fill_null(INFERRED_COLLECTOR))
+        .sort("start")
+    )
     if cadence is not None:
         made = made.with_columns(pl.lit(cadence).cast(pl.Duration("ms")).alias("every"))
     # Each fetch in the latest round started at or before it; a token's second fetch in a round is dropped.
