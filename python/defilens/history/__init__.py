@@ -20,6 +20,7 @@ from ._tables import RAW, TABLES
 # What `defilens.research` reads a history by (and keeps its audit's day summaries with): the
 # history's names for the research layer, not part of the user's API (not in __all__).
 from ._layout import AUDIT_CACHE as AUDIT_CACHE
+from ._layout import JOURNAL as JOURNAL
 from ._layout import State as State
 from ._layout import state as state
 from ._scan import history_cut as history_cut

@@ -38,6 +38,10 @@ SORTED = "_defilens/sorted"
 #: (a new version summarizes every day again; the old folder can go).
 AUDIT_CACHE = "_audit/v2"
 
+#: The evaluations run on the history (`defilens.research`): a Delta table, one row an evaluation,
+#: so that a verdict can count the signals tried on the same data.
+JOURNAL = "_defilens/journal"
+
 #: A Delta table's log, in its folder.
 DELTA_LOG = "_delta_log"
 

@@ -1,6 +1,7 @@
 """An honest evaluation of a signal against its labels: events against all, excess over the same
-decision's cross-section, rank IC per decision, and t-statistics that know forward returns
-overlap (Newey-West), with a verdict that reads on one screen."""
+decision's cross-section, rank IC per decision, and p-values that know forward returns overlap and
+histories are short (`_inference`), corrected for the horizons tested and, when the history keeps
+a journal, for the signals tried on it; with a verdict that reads on one screen."""
 
 from __future__ import annotations
 
@@ -8,35 +9,44 @@ import datetime as dt
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import polars as pl
 
 from .._duration import format_duration
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
-from ._labels import overlap_lags, spacing_of
+from .._storage import PathLike
+from ._inference import ALPHA, MIN_DF, Inference, ewc_test, holm, t_critical
+from ._journal import fingerprint, record
 
-#: |t| at or above this reads as evidence in the verdict (about 5% two-sided, for one test).
-T_THRESHOLD = 2.0
+#: Why a label is left out of the evaluation besides its own ``missing`` reason (counted in ``missing``).
+NO_SIGNAL = "no signal"  # the signal is null
+NOT_FINITE = "score not finite"  # NaN or infinite
+SAME_SCORE = "same score for every token"  # a decision whose scores do not vary: no ranking
+SAME_RETURN = "same return for every token"  # a decision whose returns do not vary: no IC
+FEW_TOKENS = "too few tokens"  # fewer than min_tokens labelled at the decision
+
+#: How the printed summary and the docs name the test.
+METHOD = "t: mean over decisions / its equal-weighted cosine s.e.; p: Student's t, df (LLSW 2018); Holm over horizons"
 
 
-def newey_west_t(values: Sequence[float], lags: int) -> float:
-    """The t-statistic of the mean of ``values`` (a time series) with the Newey-West (Bartlett
-    kernel) long-run variance over ``lags`` lags: what a mean of overlapping forward returns
-    needs, since neighbours share most of their path. NaN for fewer than two values."""
-    n = len(values)
-    if n < 2:
-        return math.nan
-    mean = sum(values) / n
-    errors = [value - mean for value in values]
-    variance = sum(e * e for e in errors) / n
-    for lag in range(1, min(lags, n - 1) + 1):
-        weight = 1.0 - lag / (lags + 1.0)
-        variance += 2.0 * weight * sum(errors[i] * errors[i - lag] for i in range(lag, n)) / n
-    if variance <= 0.0:
-        return math.nan if mean == 0.0 else math.copysign(math.inf, mean)
-    return mean / math.sqrt(variance / n)
+def spacing_of(times: pl.Series) -> Optional[dt.timedelta]:
+    """The median spacing of distinct decision times (None for a single one)."""
+    distinct = times.unique().sort()
+    if distinct.len() < 2:
+        return None
+    median = distinct.diff().drop_nulls().median()
+    assert isinstance(median, dt.timedelta)
+    return median
+
+
+def independent_windows(decisions: int, spacing: Optional[dt.timedelta], horizon: dt.timedelta) -> float:
+    """How many non-overlapping horizons the decisions span: the independent observations a
+    mean of overlapping forward returns has."""
+    if spacing is None or decisions < 2:
+        return float(min(decisions, 1))
+    return decisions * spacing.total_seconds() / horizon.total_seconds()
 
 
 @dataclass
@@ -50,8 +60,11 @@ class Evaluation:
       excess (events only);
     - ``missing``: labels left out, per horizon and reason.
 
-    ``plot()`` draws the IC (or the events' excess) across horizons with ±2 standard errors, and
-    the quantiles' excess returns."""
+    ``p_value`` is the smallest p over the horizons after Holm's correction; ``tries`` the
+    signals evaluated on the history so far (with ``history=``), and ``p_tries`` that p after
+    Bonferroni's correction over them; ``significant`` compares the last of these with 5%.
+    ``plot()`` draws the IC (or the events' excess) across horizons with 95% intervals, and the
+    quantiles' excess returns."""
 
     signal: str
     kind: str  # "score" or "event"
@@ -63,62 +76,95 @@ class Evaluation:
     decisions: int
     tokens: int
     left_out: int
+    tries: Optional[int] = None
+
+    @property
+    def p_value(self) -> Optional[float]:
+        """The family's p-value: the smallest Holm-adjusted p over the horizons judged (None when
+        none could be)."""
+        judged = [p for p in self.summary["p_holm"].to_list() if p is not None]
+        return min(judged) if judged else None
+
+    @property
+    def p_tries(self) -> Optional[float]:
+        """`p_value` corrected for the signals tried on the history (Bonferroni), when known."""
+        if self.p_value is None or not self.tries:
+            return None
+        return min(1.0, self.p_value * self.tries)
 
     @property
     def significant(self) -> bool:
-        """Whether any horizon's t-statistic reaches ±2 (one test each: with many horizons or
-        signals tried, expect some by chance)."""
-        column = "t" if self.kind == "score" else "excess_t"
-        values = [v for v in self.summary[column].to_list() if v is not None and not math.isnan(v)]
-        return any(abs(v) >= T_THRESHOLD for v in values)
+        """Whether the family's p-value, corrected for the signals tried when the history's
+        journal counts them, is below 5%."""
+        p = self.p_tries if self.p_tries is not None else self.p_value
+        return p is not None and p < ALPHA
 
     @property
     def verdict(self) -> str:
-        column, what = ("t", "mean IC") if self.kind == "score" else ("excess_t", "events' excess return")
+        what = "mean IC" if self.kind == "score" else "events' excess return"
         rows = self.summary.to_dicts()
-        strong = [
-            r for r in rows if r[column] is not None and not math.isnan(r[column]) and abs(r[column]) >= T_THRESHOLD
-        ]
-        if not strong:
-            return f"no evidence: the {what} is within 2 standard errors of zero at every horizon"
-        best = max(strong, key=lambda r: abs(r[column]))
-        value = best["mean_ic"] if self.kind == "score" else best["event_excess"]
-        sign = "positive" if value > 0 else "negative"
-        return (
-            f"{sign} {what} at {_horizon(best['horizon'])} (t {best[column]:+.2f}, Newey-West, {best['lags']} lag{'s' if best['lags'] != 1 else ''})"
-            f"{' and other horizons' if len(strong) > 1 else ''}: test it on data it was not chosen on"
+        unjudged = [r for r in rows if r["p_value"] is None]
+        too_few = ", ".join(f"{_horizon(r['horizon'])} has {_windows(r['windows'])}" for r in unjudged)
+        if self.decisions < 2:
+            return "nothing to judge: one decision (a verdict needs decisions over several independent windows)"
+        if len(unjudged) == len(rows):
+            return (
+                f"nothing to judge: too few independent windows at every horizon ({too_few}; a test needs "
+                f"{2 * MIN_DF} or more): a longer history, or shorter horizons"
+            )
+        judged = [r for r in rows if r["p_value"] is not None]
+        best = min(judged, key=lambda r: (r["p_holm"], r["p_value"]))
+        horizons = f"Holm over {len(judged)} horizon{'s' if len(judged) != 1 else ''}"
+        note = f"; not judged, too few independent windows: {too_few}" if unjudged else ""
+        tries = (
+            f"; {self.tries} signal{'s' if self.tries != 1 else ''} tried on this history: "
+            f"{_p(self.p_tries)} after Bonferroni over them"
+            if self.tries and self.tries > 1
+            else ""
         )
+        value = best["mean_ic"] if self.kind == "score" else best["event_excess"]
+        sign = "positive" if value is not None and value > 0 else "negative"
+        finding = (
+            f"{sign} {what} at {_horizon(best['horizon'])} (t {best['t']:+.2f}, {best['df']} df, p {_p(best['p_value'])}; "
+            f"{_p(best['p_holm'])} after {horizons}{tries})"
+        )
+        if self.significant:
+            return f"{finding}: test it on data it was not chosen on{note}"
+        if best["p_holm"] < ALPHA:
+            return f"no evidence once the signals tried are counted: {finding}{note}"
+        return f"no evidence: the smallest p is {_p(best['p_holm'])} after {horizons} ({_horizon(best['horizon'])}){tries}{note}"
 
     def __str__(self) -> str:
         lines = [
             f"evaluation of {self.signal!r} as {'a score' if self.kind == 'score' else 'an event'}: "
             f"{self.decisions:,} decisions, {self.tokens:,} tokens"
             + (f", {self.left_out:,} labels left out (see .missing)" if self.left_out else ""),
-            "t: Newey-West over the decisions whose forward returns overlap (lags = horizon / decision spacing)",
+            METHOD,
             "",
         ]
         if self.kind == "score":
-            header = (
-                f"{'horizon':>8} {'decisions':>9} {'mean IC':>8} {'IC>0':>5} {'t':>6} {'lags':>4} {'top-bottom':>10}"
+            lines.append(
+                f"{'horizon':>8} {'decisions':>9} {'windows':>7} {'mean IC':>8} {'IC>0':>5} {'t':>6} {'df':>3} "
+                f"{'p':>6} {'p Holm':>6} {'top-bottom':>10}"
             )
-            lines.append(header)
             for r in self.summary.to_dicts():
                 lines.append(
-                    f"{_horizon(r['horizon']):>8} {r['decisions']:>9,} {_num(r['mean_ic'], '+.4f'):>8} "
-                    f"{_pct(r['ic_positive']):>5} {_num(r['t'], '+.2f'):>6} {r['lags']:>4} "
+                    f"{_horizon(r['horizon']):>8} {r['decisions']:>9,} {_windows(r['windows']):>7} "
+                    f"{_num(r['mean_ic'], '+.4f'):>8} {_pct(r['ic_positive']):>5} {_num(r['t'], '+.2f'):>6} "
+                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6} "
                     f"{_pct(r['top_minus_bottom'], 2):>10}"
                 )
         else:
-            header = (
-                f"{'horizon':>8} {'events':>7} {'hit':>5} {'all hit':>7} {'mean':>8} {'all mean':>8} "
-                f"{'excess':>8} {'t':>6} {'lags':>4}"
+            lines.append(
+                f"{'horizon':>8} {'events':>7} {'windows':>7} {'hit':>5} {'all hit':>7} {'mean':>8} {'all mean':>8} "
+                f"{'excess':>8} {'t':>6} {'df':>3} {'p':>6} {'p Holm':>6}"
             )
-            lines.append(header)
             for r in self.summary.to_dicts():
                 lines.append(
-                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {_pct(r['event_hit_rate']):>5} "
-                    f"{_pct(r['all_hit_rate']):>7} {_pct(r['event_mean'], 2):>8} {_pct(r['all_mean'], 2):>8} "
-                    f"{_pct(r['event_excess'], 2):>8} {_num(r['excess_t'], '+.2f'):>6} {r['lags']:>4}"
+                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {_windows(r['windows']):>7} "
+                    f"{_pct(r['event_hit_rate']):>5} {_pct(r['all_hit_rate']):>7} {_pct(r['event_mean'], 2):>8} "
+                    f"{_pct(r['all_mean'], 2):>8} {_pct(r['event_excess'], 2):>8} {_num(r['t'], '+.2f'):>6} "
+                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6}"
                 )
         lines += ["", f"verdict: {self.verdict}"]
         return "\n".join(lines)
@@ -132,24 +178,31 @@ class Evaluation:
         return f"<pre>{html.escape(str(self))}</pre>"
 
     def plot(self) -> Any:
-        """A matplotlib Figure: the IC (or the events' mean excess return) at each horizon with
-        ±2 Newey-West standard errors, and, for scores, each quantile's mean excess return."""
-        import matplotlib.pyplot as plt
+        """A matplotlib Figure: the IC (or the events' mean excess return) at each horizon with its
+        95% interval (Student's t with the test's degrees of freedom; none where too few
+        independent windows), and, for scores, each quantile's mean excess return. Needs
+        matplotlib (``pip install "defilens[notebook]"``)."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError('Evaluation.plot() needs matplotlib: pip install "defilens[notebook]"') from None
 
         rows = self.summary.to_dicts()
         labels = [_horizon(r["horizon"]) for r in rows]
         panels = 2 if self.kind == "score" else 1
         figure, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 3.6), squeeze=False)
         left = axes[0][0]
+        scale = 1.0 if self.kind == "score" else 100.0
+        values = [(r["mean_ic" if self.kind == "score" else "event_excess"] or 0.0) * scale for r in rows]
+        errors = [_half_width(r) * scale for r in rows]
         if self.kind == "score":
-            values = [r["mean_ic"] or 0.0 for r in rows]
-            title, ylabel = "rank IC by horizon (±2 s.e., Newey-West)", "mean rank IC"
-            errors = [_se(r["mean_ic"], r["t"]) for r in rows]
+            title, ylabel = "rank IC by horizon (95% interval)", "mean rank IC"
         else:
-            values = [(r["event_excess"] or 0.0) * 100 for r in rows]
-            title, ylabel = "events' excess return by horizon (±2 s.e.)", "mean excess return (%)"
-            errors = [_se(r["event_excess"], r["excess_t"]) * 100 for r in rows]
-        left.bar(labels, values, yerr=[2 * e for e in errors], color="#4C72B0", capsize=4)
+            title, ylabel = "events' excess return by horizon (95% interval)", "mean excess return (%)"
+        left.bar(labels, values, yerr=errors, color="#4C72B0", capsize=4)
+        for position, r in enumerate(rows):
+            if r["p_value"] is None:
+                left.annotate("too few\nwindows", (position, 0.0), ha="center", va="bottom", fontsize=7, color="gray")
         left.axhline(0.0, color="black", linewidth=0.8)
         left.set_title(title, fontsize=10)
         left.set_xlabel("horizon")
@@ -180,6 +233,8 @@ def evaluate(
     by: str = "at",
     quantiles: int = 5,
     min_tokens: int = 3,
+    history: Optional[PathLike] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Evaluation:
     """Evaluates a signal against its forward returns (the frame `forward_returns` gives).
 
@@ -187,19 +242,31 @@ def evaluate(
     decision?), numeric for a score (higher means a higher expected return). ``by`` is the
     decision time (default ``at``): the cross-section each decision compares.
 
-    For every horizon, ``summary`` has ``decisions`` and ``observations`` and:
+    For every horizon, ``summary`` has ``decisions``, ``observations``, ``windows`` (how many
+    non-overlapping horizons the decisions span: the independent observations) and:
 
     - scores: ``mean_ic`` (the mean over decisions of the Spearman rank correlation of score and
       forward return across tokens), ``ic_std``, ``ic_positive`` (share of decisions with IC > 0),
-      ``t`` and ``lags`` (Newey-West, the lags being the decisions a forward return overlaps),
       ``top_minus_bottom`` (the top quantile's mean excess return less the bottom's);
     - events: ``events``, ``event_hit_rate`` and ``all_hit_rate`` (share of positive forward
       returns), ``event_mean`` and ``all_mean``, ``event_excess`` (the events' mean return less
-      the same decision's mean over all tokens) and ``excess_t``, ``lags``.
+      the same decision's mean over all tokens);
+    - both: ``t``, ``df`` and ``p_value``, the test of the mean over decisions (of the IC, or of
+      the events' excess) against zero with an equal-weighted cosine standard error and Student's
+      t with ``df`` degrees of freedom, calibrated for overlapping returns on short histories
+      (docs/research.md gives its measured false-positive rate); none where the horizon has too
+      few independent windows to judge (under four); ``p_holm`` that p after Holm's correction
+      over the horizons judged.
 
-    Labels without a forward return (see ``missing``) are left out and counted. Decisions where a
-    score is the same for every token (or fewer than ``min_tokens`` have labels) give no IC:
-    they are left out with a warning, and an error if no decision is left.
+    ``history`` (the history's path) records the evaluation in the history's journal (a small
+    Delta table under the root; `journal` reads it) and counts the distinct signals evaluated
+    there: the verdict then corrects its p-value for them too (Bonferroni).
+
+    Labels without a forward return, or whose signal is null, NaN or infinite, are left out and
+    counted in ``missing``, and so are decisions where the score is the same for every token (no
+    ranking: left out of the IC and the quantiles) or fewer than ``min_tokens`` are labelled; a
+    warning counts the decisions left out, an error if none is left. Ties share a quantile
+    (average ranks), so nothing depends on the rows' order.
     """
     if not isinstance(labels, pl.DataFrame):
         if isinstance(labels, pl.LazyFrame):
@@ -229,39 +296,35 @@ def evaluate(
     if labels.height == 0:
         raise ValueError("labels is empty: no decision to evaluate (an empty universe?)")
 
+    value = pl.col(signal) if kind == "event" else pl.col(signal).cast(pl.Float64)
     reason = pl.col("missing") if "missing" in labels.columns else pl.lit(None, pl.String)
-    nulls = labels.filter(pl.col("forward_return").is_null() | pl.col(signal).is_null())
-    missing = (
-        nulls.with_columns(
-            pl.when(pl.col("forward_return").is_null())
-            .then(reason.fill_null("no forward return"))
-            .otherwise(pl.lit("no signal"))
-            .alias("reason")
-        )
-        .group_by("horizon", "reason")
-        .agg(pl.len().alias("labels"))
-        .sort("horizon", "reason")
+    why = (
+        pl.when(pl.col("forward_return").is_null())
+        .then(reason.fill_null("no forward return"))
+        .when(value.is_null())
+        .then(pl.lit(NO_SIGNAL))
     )
-    rows = labels.filter(pl.col("forward_return").is_not_null() & pl.col(signal).is_not_null())
     if kind == "score":
-        rows = rows.filter(pl.col(signal).cast(pl.Float64).is_finite())
+        why = why.when(~value.is_finite()).then(pl.lit(NOT_FINITE))
+    marked = labels.with_columns(why.alias("_why"))
+    rows = marked.filter(pl.col("_why").is_null()).drop("_why")
+    left = marked.filter(pl.col("_why").is_not_null()).select("horizon", pl.col("_why").alias("reason"))
     if rows.height == 0:
-        raise ValueError(
-            f"no label has both a forward return and a {signal!r}: {missing.height and missing.to_dicts()}"
-        )
+        raise ValueError(f"no label has both a forward return and a usable {signal!r}: {_counts(left).to_dicts()}")
     rows = rows.with_columns(
         (pl.col("forward_return") - pl.col("forward_return").mean().over("horizon", by)).alias("excess")
     )
     spacing = spacing_of(rows[by])
     horizons = rows["horizon"].unique().sort().to_list()
     if kind == "score":
-        summary, ic, quantile_table, left_out = _scores(rows, signal, by, horizons, spacing, quantiles, min_tokens)
+        summary, ic, quantile_table, dropped = _scores(rows, signal, by, horizons, spacing, quantiles, min_tokens)
         events = pl.DataFrame()
     else:
         summary, events = _events(rows, signal, by, horizons, spacing)
         ic = quantile_table = pl.DataFrame()
-        left_out = 0
-    return Evaluation(
+        dropped = pl.DataFrame(schema={"horizon": labels.schema["horizon"], "reason": pl.String})
+    missing = _counts(pl.concat([left, dropped.cast(left.schema)]))  # type: ignore[arg-type]
+    evaluation = Evaluation(
         signal=signal,
         kind=kind,
         summary=summary,
@@ -271,8 +334,28 @@ def evaluate(
         missing=missing,
         decisions=rows[by].n_unique(),
         tokens=rows["token"].n_unique(),
-        left_out=nulls.height + left_out,
+        left_out=int(missing["labels"].sum() or 0),
     )
+    if history is not None:
+        first = rows.filter(pl.col("horizon") == horizons[0])
+        evaluation.tries = record(
+            history,
+            storage_options,
+            {
+                "signal": signal,
+                "kind": kind,
+                "fingerprint": fingerprint(first, signal, by),
+                "horizons": ",".join(_horizon(h) for h in horizons),
+                "decisions": evaluation.decisions,
+                "tokens": evaluation.tokens,
+                "p_value": evaluation.p_value,
+            },
+        )
+    return evaluation
+
+
+def _counts(left: pl.DataFrame) -> pl.DataFrame:
+    return left.group_by("horizon", "reason").agg(pl.len().alias("labels")).sort("horizon", "reason")
 
 
 def _scores(
@@ -283,7 +366,7 @@ def _scores(
     spacing: Optional[dt.timedelta],
     quantiles: int,
     min_tokens: int,
-) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
+) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     score = pl.col(signal).cast(pl.Float64)
     per_decision = rows.group_by("horizon", by).agg(
         pl.len().alias("tokens"),
@@ -291,9 +374,17 @@ def _scores(
         (pl.col("forward_return").max() > pl.col("forward_return").min()).alias("returns_vary"),
         pl.corr(score.rank("average"), pl.col("forward_return").rank("average")).alias("ic"),
     )
-    usable = (pl.col("tokens") >= min_tokens) & pl.col("varies") & pl.col("returns_vary")
-    dropped = per_decision.filter(~usable)
-    ic = per_decision.filter(usable).select("horizon", by, "tokens", "ic").sort("horizon", by)
+    why = (
+        pl.when(pl.col("tokens") < min_tokens)
+        .then(pl.lit(FEW_TOKENS))
+        .when(~pl.col("varies"))
+        .then(pl.lit(SAME_SCORE))
+        .when(~pl.col("returns_vary"))
+        .then(pl.lit(SAME_RETURN))
+    )
+    per_decision = per_decision.with_columns(why.alias("reason"))
+    dropped = per_decision.filter(pl.col("reason").is_not_null())
+    ic = per_decision.filter(pl.col("reason").is_null()).select("horizon", by, "tokens", "ic").sort("horizon", by)
     if ic.height == 0:
         constant_scores = per_decision.filter(~pl.col("varies")).height
         which = f"{signal!r} is" if constant_scores == per_decision.height else "the forward returns are"
@@ -302,19 +393,20 @@ def _scores(
             "tokens are labelled at each (an empty or tiny universe)"
         )
     if dropped.height:
-        constant = dropped.filter(pl.col("tokens") >= min_tokens).height
+        constant = dropped.filter(pl.col("reason") != FEW_TOKENS).height
         warnings.warn(
-            f"{dropped.height:,} of {per_decision.height:,} decision-horizons give no IC: "
-            f"{constant:,} with {signal!r} (or the returns) the same for every token, "
+            f"{dropped.height:,} of {per_decision.height:,} decision-horizons give no IC and are left out (see "
+            f".missing): {constant:,} with {signal!r} (or the returns) the same for every token, "
             f"{dropped.height - constant:,} with fewer than {min_tokens} tokens labelled",
             DefiLensWarning,
             stacklevel=stacklevel_outside(),
         )
-    bucket = ((score.rank("ordinal").over("horizon", by) - 1) * quantiles // pl.len().over("horizon", by) + 1).alias(
-        "quantile"
-    )
+    ranked_rows = rows.join(ic.select("horizon", by), on=["horizon", by], how="semi")
+    # Average ranks: tied scores share a quantile, whatever the rows' order.
+    rank = score.rank("average").over("horizon", by)
+    bucket = (((rank - 0.5) * quantiles / pl.len().over("horizon", by)).floor().cast(pl.Int64) + 1).alias("quantile")
     quantile_table = (
-        rows.with_columns(bucket)
+        ranked_rows.with_columns(bucket)
         .group_by("horizon", "quantile")
         .agg(
             pl.len().alias("labels"),
@@ -324,24 +416,26 @@ def _scores(
         .sort("horizon", "quantile")
     )
 
-    def ranked(horizon: dt.timedelta, lags: int) -> Dict[str, Any]:
+    def ranked(horizon: dt.timedelta) -> Dict[str, Any]:
         values = ic.filter(pl.col("horizon") == horizon)["ic"].to_list()
         spread = quantile_table.filter(pl.col("horizon") == horizon)
         top = spread.filter(pl.col("quantile") == quantiles)["mean_excess"]
         bottom = spread.filter(pl.col("quantile") == 1)["mean_excess"]
+        test = ewc_test(values, independent_windows(len(values), spacing, horizon))
         return {
             "decisions": len(values),
-            "observations": int(rows.filter(pl.col("horizon") == horizon).height),
-            "mean_ic": sum(values) / len(values) if values else None,
+            "observations": int(ranked_rows.filter(pl.col("horizon") == horizon).height),
+            "windows": test.windows,
+            "mean_ic": test.mean,
             "ic_std": float(pl.Series(values).std()) if len(values) > 1 else None,  # type: ignore[arg-type]
             "ic_positive": sum(v > 0 for v in values) / len(values) if values else None,
-            "t": newey_west_t(values, lags) if values else None,
-            "lags": lags,
             "top_minus_bottom": (top[0] - bottom[0]) if top.len() and bottom.len() else None,
+            **_tested(test),
         }
 
-    summary = _by_horizon(horizons, spacing, ranked)
-    return summary, ic, quantile_table, int(dropped.select(pl.col("tokens").sum()).item() or 0)
+    summary = _by_horizon(horizons, ranked)
+    lost = rows.join(dropped.select("horizon", by, "reason"), on=["horizon", by]).select("horizon", "reason")
+    return summary, ic, quantile_table, lost
 
 
 def _events(
@@ -358,42 +452,73 @@ def _events(
         .sort("horizon", "event")
     )
 
-    def evented(horizon: dt.timedelta, lags: int) -> Dict[str, Any]:
+    def evented(horizon: dt.timedelta) -> Dict[str, Any]:
         one = rows.filter(pl.col("horizon") == horizon)
         chosen = one.filter(pl.col(signal))
-        series = chosen.group_by(by).agg(pl.col("excess").mean()).sort(by)["excess"].to_list()
+        # The test's series: each decision's summed excess over its events (0 without one), whose
+        # mean is zero under the null; its sign is the events' mean excess's.
+        series = (
+            one.group_by(by)
+            .agg(pl.when(pl.col(signal)).then(pl.col("excess")).otherwise(0.0).sum().alias("excess"))
+            .sort(by)["excess"]
+            .to_list()
+        )
+        test = ewc_test(series, independent_windows(len(series), spacing, horizon))
         return {
             "decisions": one[by].n_unique(),
             "observations": one.height,
+            "windows": test.windows,
             "events": chosen.height,
             "event_hit_rate": float((chosen["forward_return"] > 0).mean()) if chosen.height else None,  # type: ignore[arg-type]
             "all_hit_rate": float((one["forward_return"] > 0).mean()),  # type: ignore[arg-type]
             "event_mean": float(chosen["forward_return"].mean()) if chosen.height else None,  # type: ignore[arg-type]
             "all_mean": float(one["forward_return"].mean()),  # type: ignore[arg-type]
             "event_excess": float(chosen["excess"].mean()) if chosen.height else None,  # type: ignore[arg-type]
-            "excess_t": newey_west_t(series, lags) if len(series) > 1 else None,
-            "lags": lags,
+            **_tested(test),
         }
 
-    summary = _by_horizon(horizons, spacing, evented)
+    summary = _by_horizon(horizons, evented)
     if not summary["events"].sum():
         raise ValueError(f"{signal!r} is never true among the labelled decisions: there is no event to evaluate")
     return summary, events
 
 
-def _by_horizon(
-    horizons: List[dt.timedelta],
-    spacing: Optional[dt.timedelta],
-    summarize: Callable[[dt.timedelta, int], Dict[str, Any]],
-) -> pl.DataFrame:
-    """One summary row per horizon: ``summarize(horizon, lags)``, where ``lags`` is how many
-    neighbouring decisions' labels overlap at that horizon (Newey-West's lag)."""
-    rows = [{"horizon": horizon, **summarize(horizon, overlap_lags(horizon, spacing))} for horizon in horizons]
-    return pl.DataFrame(rows, schema_overrides={"horizon": pl.Duration("us")})
+def _tested(test: Inference) -> Dict[str, Any]:
+    return {"t": test.t, "df": test.df, "se": test.se, "p_value": test.p_value}
+
+
+def _by_horizon(horizons: List[dt.timedelta], summarize: Callable[[dt.timedelta], Dict[str, Any]]) -> pl.DataFrame:
+    """One summary row per horizon, with ``p_holm`` over the horizons judged."""
+    rows = [{"horizon": horizon, **summarize(horizon)} for horizon in horizons]
+    for row, adjusted in zip(rows, holm([row["p_value"] for row in rows]), strict=True):
+        row["p_holm"] = adjusted
+    frame = pl.DataFrame(
+        rows,
+        schema_overrides={
+            "horizon": pl.Duration("us"),
+            "windows": pl.Float64,
+            "t": pl.Float64,
+            "df": pl.Int64,
+            "p_value": pl.Float64,
+            "p_holm": pl.Float64,
+            "se": pl.Float64,
+        },
+    )
+    return frame
+
+
+def _half_width(row: Mapping[str, Any]) -> float:
+    if row["df"] is None or row["se"] is None:
+        return 0.0
+    return t_critical(row["df"]) * row["se"]
 
 
 def _horizon(value: Optional[dt.timedelta]) -> str:
     return "-" if value is None else format_duration(value)
+
+
+def _windows(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def _num(value: Optional[float], spec: str) -> str:
@@ -402,13 +527,13 @@ def _num(value: Optional[float], spec: str) -> str:
     return format(value, spec)
 
 
+def _p(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
 def _pct(value: Optional[float], digits: int = 0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value * 100:+.{digits}f}%" if digits else f"{value * 100:.0f}%"
-
-
-def _se(mean: Optional[float], t: Optional[float]) -> float:
-    if mean is None or t is None or math.isnan(t) or t == 0 or math.isinf(t):
-        return 0.0
-    return abs(mean / t)
