@@ -21,7 +21,7 @@ from .._core import INTERVAL_MS
 from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
-from ..history import open_for_reading, scan_table
+from ..history import history_cut, open_for_reading, scan_table
 from ._membership import within
 from ._rounds import ON_TIME, rounds_made
 from ._scope import CANDLE_INTERVALS, scope_of
@@ -107,11 +107,15 @@ def fetch_span(root: Root) -> "tuple[Optional[dt.datetime], Optional[dt.datetime
     return span["first"][0], span["last"][0]
 
 
+#: ``decision_times(offset=OBSERVED)``: decide when the first round after each close is in.
+OBSERVED = "observed"
+
+
 def decision_times(
     source: PathLike,
     interval: str = "1h",
     *,
-    offset: Horizon = dt.timedelta(0),
+    offset: Union[Horizon, str] = dt.timedelta(0),
     start: Optional[dt.datetime] = None,
     end: Optional[dt.datetime] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
@@ -119,17 +123,27 @@ def decision_times(
     """Decision times on a candle grid: each close of ``interval`` candles (``"1h"``: every hour
     on the hour, UTC) plus ``offset`` (a duration such as ``"5m"``: how long after the close you
     decide), within the history's fetches (or ``start``/``end``). A `pl.Series` named ``at``, for
-    `asof` and `forward_returns`."""
+    `asof` and `forward_returns`.
+
+    A decision at the close itself (the default) sees the candle before it: the rounds that show
+    a close come after it. ``offset="observed"`` decides instead when the first round that began
+    at or after each close is in (its last fetch), so that every token's view of the new candle
+    is there: the observed lag, close by close (a close no round saw within one candle is
+    skipped). On a history cut by the look-ahead check, decisions run up to the cut."""
     if interval not in CANDLE_INTERVALS:
         scope_of("indicators", intervals=interval)  # words the error for an unknown interval
     length = dt.timedelta(milliseconds=INTERVAL_MS[interval])
-    shift = dt.timedelta(0) if offset == dt.timedelta(0) else _duration("offset", offset)
+    observed = isinstance(offset, str) and offset.strip().lower() == OBSERVED
+    shift = dt.timedelta(0) if observed or offset == dt.timedelta(0) else _duration("offset", offset)
     if shift >= length:
         raise ValueError(f"offset {offset!r} is a whole {interval} candle or more: give less than {interval}")
     root = open_for_reading(source, storage_options)
     first, last = fetch_span(root)
     if first is None or last is None:
         raise HistoryError(f"the history at {root.url!r} has no snapshot rows: nothing to decide on")
+    cut = history_cut()
+    if cut is not None and cut >= first:
+        last = cut  # the cut history's "now": a decision after its last fetch exists there too
     lo = _aware(start, "start") if start is not None else first
     hi = _aware(end, "end") if end is not None else last
     if hi < first or lo > last:
@@ -139,15 +153,42 @@ def decision_times(
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
     if interval == "1w":
         epoch = dt.datetime(1970, 1, 5, tzinfo=dt.timezone.utc)  # weekly candles close on Mondays, 00:00 UTC
-    steps = -(-(lo - shift - epoch) // length)  # the first close whose decision is at or after lo
-    times = []
-    moment = epoch + steps * length + shift
-    while moment <= hi:
-        times.append(moment)
+    steps = -(-((lo - length if observed else lo - shift) - epoch) // length)  # the first close to consider
+    closes = []
+    moment = epoch + steps * length
+    while moment + shift <= hi:
+        closes.append(moment)
         moment += length
+    times = _observed(root, closes, length, lo, hi) if observed else [close + shift for close in closes]
     if not times:
         raise ValueError(f"no {interval} close plus {offset!r} falls between {lo} and {hi}")
     return pl.Series("at", times, dtype=UTC_MS)
+
+
+def _observed(
+    root: Root, closes: List[dt.datetime], length: dt.timedelta, lo: dt.datetime, hi: dt.datetime
+) -> List[dt.datetime]:
+    """For each close, the last fetch of the first round that began at or after it, if that
+    round began within one candle of the close; within ``lo`` to ``hi``, each once."""
+    fetches = scan_table(root, "snapshot").select("token", "fetched_at", pl.lit(1.0).alias("price")).collect()
+    made = rounds_made(root, fetches)
+    ends = (
+        made.token_rounds.group_by("start")
+        .agg(pl.col("fetched_at").max().alias("end"))
+        .filter(pl.col("end").is_not_null())
+        .sort("start")
+    )
+    found = (
+        pl.DataFrame({"close": closes}, schema={"close": UTC_MS})
+        .sort("close")
+        .join_asof(ends, left_on="close", right_on="start", strategy="forward")
+        .filter(
+            pl.col("start").is_not_null(),
+            pl.col("start") - pl.col("close") < pl.lit(length),
+            pl.col("end").is_between(pl.lit(lo), pl.lit(hi)),
+        )
+    )
+    return sorted(set(found["end"].to_list()))
 
 
 def _aware(moment: Any, what: str) -> dt.datetime:
@@ -356,20 +397,3 @@ def _with_path(labels: pl.DataFrame, rounds: pl.DataFrame) -> pl.DataFrame:
         (pl.col("price").min() / pl.col("entry_price").first() - 1).alias("min_return"),
     )
     return labels.join(extremes, on="_decision", how="left")
-
-
-def spacing_of(times: pl.Series) -> Optional[dt.timedelta]:
-    """The median spacing of distinct decision times (None for a single one)."""
-    distinct = times.unique().sort()
-    if distinct.len() < 2:
-        return None
-    median = distinct.diff().drop_nulls().median()
-    assert isinstance(median, dt.timedelta)
-    return median
-
-
-def overlap_lags(horizon: dt.timedelta, spacing: Optional[dt.timedelta]) -> int:
-    """How many decisions' forward returns overlap one's (Newey-West lags): horizon / spacing."""
-    if spacing is None or spacing <= dt.timedelta(0):
-        return 0
-    return max(0, -(-int(horizon.total_seconds() * 1000) // int(spacing.total_seconds() * 1000)))

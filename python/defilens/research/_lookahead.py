@@ -1,24 +1,29 @@
-"""The look-ahead check: a study re-run on its history cut at several moments, and every value it
-claimed known before a cut that the cut history does not give flagged.
+"""The look-ahead check: a study re-run on its history cut at moments it makes claims about, and
+every value it claimed known before a cut that the cut history does not give flagged.
 
 A value known at ``t`` depends on nothing fetched after ``t``, so cutting the history after ``t``
-cannot change it. Repaints change ``last_value``, never ``value`` (the value as first seen), so
-the check compares ``value`` by default. The cut is applied where defilens reads a history's
-tables (`scan`, `panel`, `asof`, `decision_times`, `forward_returns`): a study that reads the
-Delta files another way is not cut, and the check refuses it rather than pass it."""
+cannot change it. The cuts are taken where the study makes claims: at a sample of the moments it
+stamps on its rows, and just before the round after each (the last moment a value stamped there
+could have been computed at), so that a value that needs one round more than it claims is caught
+whatever the history's cadence and phase. A cut history behaves as the history would have at its
+cut (its "now" is the cut: `decision_times` runs up to it). Every column the study returns is
+compared but its keys and the columns that describe later fetches by design (``last_value``,
+``revisions``, ...). The cut applies where defilens reads a history's tables; a study that reads
+the files another way (polars', DuckDB's or deltalake's readers, pyarrow, pandas on the root) is
+refused while it is checked, never passed."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import polars as pl
 
 from .._exceptions import HistoryError
-from .._storage import PathLike
-from ..history import history_cut_at, open_for_reading
-from ._labels import fetch_span
+from .._read_guard import guarded
+from .._storage import PathLike, Root
+from ..history import history_cut_at, open_for_reading, scan_table
 
 UTC_MS = pl.Datetime("ms", "UTC")
 Study = Callable[[Any], Union[pl.DataFrame, pl.LazyFrame]]
@@ -26,8 +31,13 @@ Study = Callable[[Any], Union[pl.DataFrame, pl.LazyFrame]]
 KNOWABLE_COLUMNS = ("at", "first_seen_at", "fetched_at")
 #: Columns that name a series: with the token and the moment, they key a study's rows.
 SERIES_COLUMNS = ("interval", "indicator", "family", "pattern")
+#: Columns that describe later fetches by design (the panel's and the universe's): not compared
+#: unless named in ``values``.
+LATER_COLUMNS = ("last_value", "revisions", "last_seen_at", "shown", "fetches", "withdrawn", "valid_to")
 #: How far apart two floats may be and still count as the same value (summation order).
 RELATIVE_TOLERANCE = 1e-9
+#: A cut "just before the round after" a moment: this long before that round's first fetch.
+BEFORE_THE_ROUND = dt.timedelta(milliseconds=1)
 
 NEEDS_LATER = "needs later rows"  # claimed known before the cut, but the cut history cannot give it
 CHANGED = "changed"  # given by both, with different values
@@ -37,15 +47,18 @@ ONLY_IN_CUT = "only in the cut history"  # the cut history gives a row the whole
 @dataclass
 class LookaheadReport:
     """What `lookahead_check` found. ``ok`` is true when no cut changed anything claimed known
-    before it. ``cuts``: per cut moment, the rows checked and flagged; ``flagged``: each value
-    that moved (``cut``, the keys, the claimed moment, ``value_whole``, ``value_cut`` per checked
-    column, ``problem``)."""
+    before it. ``cuts``: per cut, the claimed moment it was taken for (``claimed``), the ``cut``
+    itself, and the rows checked and flagged; ``flagged``: each value that moved (``cut``, the
+    keys, the claimed moment, ``<column>_whole`` and ``<column>_cut`` per compared column,
+    ``problem``). ``values`` are the columns compared, ``not_compared`` those left out because
+    they describe later fetches by design."""
 
     knowable: str
     keys: List[str]
     values: List[str]
     cuts: pl.DataFrame
     flagged: pl.DataFrame
+    not_compared: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -54,11 +67,15 @@ class LookaheadReport:
     def __str__(self) -> str:
         cut_count = self.cuts.height
         checked = int(self.cuts["checked"].sum())
+        moments = self.cuts["claimed"].n_unique()
+        compared = f"compared: {', '.join(self.values)}" + (
+            f"; not compared (later fetches by design): {', '.join(self.not_compared)}" if self.not_compared else ""
+        )
         if self.ok:
             return (
-                f"look-ahead check passed: {checked:,} rows claimed known before {cut_count} cuts of the history, "
-                f"each unchanged when the rows after its cut were removed (compared: {', '.join(self.values)}; "
-                f"moment: {self.knowable})"
+                f"look-ahead check passed: {checked:,} rows claimed known before {cut_count} cuts (at {moments} of the "
+                f"study's {self.knowable!r} moments and just before the round after each), each unchanged when the rows "
+                f"after its cut were removed ({compared})"
             )
         bad = self.cuts.filter(pl.col("flagged") > 0)
         first = self.flagged.row(0, named=True)
@@ -71,7 +88,7 @@ class LookaheadReport:
                 f"are removed ({bad.height} of {cut_count} cuts; {counts})",
                 f"first: {what} claimed known at {first[self.knowable]} (cut at {first['cut']}): {first['problem']}",
                 f"the study reads rows fetched after the moment it stamps on its values (moment: {self.knowable!r}; "
-                "a candle's close read as its open is the usual cause): see .flagged",
+                f"{compared}; a candle's close read as its open is the usual cause): see .flagged",
             ]
         )
 
@@ -94,20 +111,25 @@ def _frame(result: Any, where: str) -> pl.DataFrame:
     return result
 
 
-def _span(source: PathLike, storage_options: Optional[Mapping[str, Any]]) -> "tuple[dt.datetime, dt.datetime]":
-    root = open_for_reading(source, storage_options)
-    first, last = fetch_span(root)
-    if first is None or last is None or first == last:
-        raise HistoryError(f"the history at {root.url!r} has fewer than two rounds: there is nothing to cut")
-    return first, last
-
-
-def cut_moments(first: dt.datetime, last: dt.datetime, cuts: int) -> List[dt.datetime]:
-    """``cuts`` moments spread over the history, none on a round's time: each falls a little past
-    an even fraction of the span, so a value stamped at a candle's open is caught whatever the
-    cadence (the candle in which a cut falls was opened before it and closes after it)."""
-    span = last - first
-    return [first + span * (index + 1) / (cuts + 1) + dt.timedelta(seconds=97 + 13 * index) for index in range(cuts)]
+def cut_moments(root: Root, claimed: pl.Series, count: int) -> List[Tuple[dt.datetime, dt.datetime]]:
+    """(claimed moment, cut) pairs: ``count`` of the study's distinct claimed moments, spread over
+    them, each cut at itself and just before the round after it (the first fetch after it, less
+    `BEFORE_THE_ROUND`), where a value that needs one more round than it claims is caught."""
+    distinct = claimed.unique().sort().drop_nulls()
+    if distinct.len() == 0:
+        return []
+    positions = sorted({round(index * (distinct.len() - 1) / max(1, count - 1)) for index in range(count)})
+    chosen = [distinct[position] for position in positions]
+    fetched = scan_table(root, "snapshot").select(pl.col("fetched_at").unique().sort()).collect()["fetched_at"]
+    pairs: List[Tuple[dt.datetime, dt.datetime]] = []
+    for moment in chosen:
+        pairs.append((moment, moment))
+        after = fetched.search_sorted(moment, side="right")
+        if after < fetched.len():
+            before_next = fetched[after] - BEFORE_THE_ROUND
+            if before_next > moment:
+                pairs.append((moment, before_next))
+    return pairs
 
 
 def lookahead_check(
@@ -120,20 +142,48 @@ def lookahead_check(
     values: Optional[Sequence[str]] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> LookaheadReport:
-    """Runs ``study(source)`` on the whole history, then on the history cut at each of ``cuts``
-    moments (an int spreads that many over it; or give the moments), and flags every value the
-    study claimed known at or before a cut that the cut history does not give identically.
+    """Runs ``study(source)`` on the whole history, then on the history cut at moments it makes
+    claims about, and flags every value the study claimed known at or before a cut that the cut
+    history does not give identically.
+
+    ``cuts``: how many of the study's claimed moments to cut at (spread over them; each is cut at
+    itself and just before the round after it, so 6 re-runs the study up to 12 times), or the
+    moments to cut at. A cut history behaves as the history would have at the cut: its reads
+    through defilens see only the rows fetched by then, and `decision_times` runs up to the cut.
 
     ``study`` takes the history's path and returns a frame of signals; it must read the history
-    through defilens (`scan`, `panel`, `asof`, `decision_times`, `forward_returns`), which the
-    check cuts. ``knowable`` is the column holding the moment each row claims to be known at
-    (default: ``at``, else ``first_seen_at``, else ``fetched_at``); ``keys`` identify a row
-    (default: ``token``, the moment, and whichever of interval, indicator, family, pattern are
-    there); ``values`` are compared (default ``value``, else every other column). Labels (forward
+    through defilens (`scan`, `panel`, `asof`, `decision_times`, `forward_returns`, `universe`),
+    which the check cuts: a read of the history's files by another reader while it is checked
+    (polars' ``scan_delta`` or ``scan_parquet``, deltalake, pyarrow, pandas, DuckDB, ``open``) is
+    refused with a `HistoryError`. ``knowable`` is the column holding the moment each row claims
+    to be known at (default: ``at``, else ``first_seen_at``, else ``fetched_at``); ``keys``
+    identify a row (default: ``token``, the moment, and whichever of interval, indicator, family,
+    pattern are there); ``values`` are compared (default: every other column but those that
+    describe later fetches by design, `LATER_COLUMNS`; the report names both). Labels (forward
     returns) look ahead by design: check the signal, not the labelled frame.
     """
     if not callable(study):
         raise TypeError(f"study must be a function of the history's path, got {type(study).__name__}")
+    if isinstance(cuts, bool) or (isinstance(cuts, int) and cuts < 1):
+        raise ValueError(f"cuts must be 1 or more, or the moments to cut at, got {cuts!r}")
+    root = open_for_reading(source, storage_options)
+    with guarded(root.url, root.is_local) as guard:
+        try:
+            return _checked(study, source, root, cuts, knowable, keys, values)
+        finally:
+            if guard.refused:
+                raise HistoryError(guard.refused[0]) from None
+
+
+def _checked(
+    study: Study,
+    source: PathLike,
+    root: Root,
+    cuts: Union[int, Sequence[dt.datetime]],
+    knowable: Optional[str],
+    keys: Optional[Sequence[str]],
+    values: Optional[Sequence[str]],
+) -> LookaheadReport:
     whole = _frame(study(source), "on the whole history")
     knowable = knowable or next((c for c in KNOWABLE_COLUMNS if c in whole.columns), None)
     if knowable is None or knowable not in whole.columns:
@@ -146,11 +196,9 @@ def lookahead_check(
     key_columns = (
         list(keys) if keys is not None else ["token", knowable, *[c for c in SERIES_COLUMNS if c in whole.columns]]
     )
-    value_columns = (
-        list(values)
-        if values is not None
-        else (["value"] if "value" in whole.columns else [c for c in whole.columns if c not in key_columns])
-    )
+    others = [c for c in whole.columns if c not in key_columns]
+    value_columns = list(values) if values is not None else [c for c in others if c not in LATER_COLUMNS]
+    not_compared = [] if values is not None else [c for c in others if c in LATER_COLUMNS]
     for column in [*key_columns, *value_columns]:
         if column not in whole.columns:
             raise ValueError(f"the study's frame has no {column!r} column; its columns are {', '.join(whole.columns)}")
@@ -164,22 +212,19 @@ def lookahead_check(
             f"{duplicated:,} rows of the study share their keys {key_columns}: give keys= that identify a row"
         )
 
-    if isinstance(cuts, int) and not isinstance(cuts, bool):
-        if cuts < 1:
-            raise ValueError(f"cuts must be 1 or more, got {cuts}")
-        first, last = _span(source, storage_options)
-        moments = cut_moments(first, last, cuts)
-    else:
-        moments = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in cuts]  # type: ignore[union-attr]
-        if not moments:
-            raise ValueError("cuts is empty: give a number of cuts or the moments to cut at")
-
     claimed = pl.col(knowable).cast(UTC_MS)
+    if isinstance(cuts, int):
+        pairs = cut_moments(root, whole.select(claimed)[knowable], cuts)
+    else:
+        given = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in cuts]
+        if not given:
+            raise ValueError("cuts is empty: give a number of cuts or the moments to cut at")
+        pairs = [(moment, moment) for moment in given]
     rows: List[dict] = []
     flagged: List[pl.DataFrame] = []
-    for moment in moments:
-        with history_cut_at(moment) as cut:
-            shorter = _frame(study(source), f"cut at {moment}")
+    for moment, cut_at in pairs:
+        with history_cut_at(cut_at) as cut:
+            shorter = _frame(study(source), f"cut at {cut_at}")
         if cut.reads == 0:
             raise HistoryError(
                 "the study read no table through defilens, so the check cannot cut its history: read it with "
@@ -187,20 +232,20 @@ def lookahead_check(
             )
         for column in [*key_columns, *value_columns]:
             if column not in shorter.columns:
-                raise ValueError(f"on the history cut at {moment} the study's frame has no {column!r} column")
-        before = whole.filter(claimed <= moment).select(*key_columns, *value_columns)
-        before_cut = shorter.filter(pl.col(knowable).cast(UTC_MS) <= moment).select(*key_columns, *value_columns)
+                raise ValueError(f"on the history cut at {cut_at} the study's frame has no {column!r} column")
+        before = whole.filter(claimed <= cut_at).select(*key_columns, *value_columns)
+        before_cut = shorter.filter(pl.col(knowable).cast(UTC_MS) <= cut_at).select(*key_columns, *value_columns)
         found = _compare(before, before_cut, key_columns, value_columns)
         if found.height:
-            flagged.append(found.with_columns(pl.lit(moment).cast(UTC_MS).alias("cut")))
-        rows.append({"cut": moment, "checked": before.height, "flagged": found.height})
-    cuts_frame = pl.DataFrame(rows, schema={"cut": UTC_MS, "checked": pl.Int64, "flagged": pl.Int64})
+            flagged.append(found.with_columns(pl.lit(cut_at).cast(UTC_MS).alias("cut")))
+        rows.append({"claimed": moment, "cut": cut_at, "checked": before.height, "flagged": found.height})
+    cuts_frame = pl.DataFrame(rows, schema={"claimed": UTC_MS, "cut": UTC_MS, "checked": pl.Int64, "flagged": pl.Int64})
     flagged_frame = (
         pl.concat(flagged, how="diagonal_relaxed").select("cut", pl.all().exclude("cut"))
         if flagged
         else pl.DataFrame(schema={"cut": UTC_MS, "problem": pl.String})
     )
-    return LookaheadReport(knowable, key_columns, value_columns, cuts_frame, flagged_frame)
+    return LookaheadReport(knowable, key_columns, value_columns, cuts_frame, flagged_frame, not_compared)
 
 
 def _compare(whole: pl.DataFrame, cut: pl.DataFrame, keys: List[str], values: List[str]) -> pl.DataFrame:
