@@ -314,7 +314,7 @@ signal = rsi_signal(root)
 labels = defilens.forward_returns(root, signal, ["30m", "1h", "4h"])
 labels.select("at", "token", "value", "horizon", "entry_at", "exit_at", "forward_return", "missing").head(6)"""
 
-STUDY_EVALUATE = """verdict = defilens.evaluate(labels, "value")
+STUDY_EVALUATE = """verdict = defilens.evaluate(labels, "value", history=root)  # recorded in the history's journal
 verdict"""
 
 STUDY_PLOT = """verdict.plot();"""
@@ -326,8 +326,11 @@ STUDY_LEAK = """def leaky_rsi(root):
     decisions = grid.to_frame().join(candles.select("token").unique(), how="cross").sort("at")
     return decisions.join_asof(candles, left_on="at", right_on="candle_open", by="token", check_sortedness=False).drop_nulls("value")
 
-leaked = defilens.evaluate(defilens.forward_returns(root, leaky_rsi(root), ["30m", "1h", "4h"]), "value")
+leaked = defilens.evaluate(defilens.forward_returns(root, leaky_rsi(root), ["30m", "1h", "4h"]), "value", history=root)
 leaked"""
+
+STUDY_JOURNAL = """# every signal evaluated on this history, known by its values: re-running a cell is not another try
+defilens.journal(root).select("signal", "fingerprint", "horizons", "decisions", "p_value")"""
 
 STUDY_CHECK = """defilens.lookahead_check(leaky_rsi, root)"""
 
@@ -395,7 +398,7 @@ NOTEBOOKS["05_research.ipynb"] = [
 
 NOTEBOOKS["06_study.ipynb"] = [
     new_markdown_cell(
-        '# A study without look-ahead: from a signal to a verdict\n\nOn a history collected from the Sandbox: a signal as it was knowable at each decision time, forward returns entered a round after it, an evaluation whose t-statistics know that forward returns overlap, the same study with a one-candle leak (the look-ahead check flags it, and the verdict flips), and the hand-offs to alphalens and vectorbt. Everything runs offline. Extras: `pip install "defilens[history,alphalens,vectorbt]"` and matplotlib.'
+        '# A study without look-ahead: from a signal to a verdict\n\nOn a history collected from the Sandbox: a signal as it was knowable at each decision time, forward returns entered a round after it, an evaluation whose p-values know that forward returns overlap and histories are short, the same study with a one-candle leak (the look-ahead check flags it, and the verdict flips), and the hand-offs to alphalens and vectorbt. Everything runs offline. Extras: `pip install "defilens[history,alphalens,vectorbt]"` and matplotlib.'
     ),
     new_code_cell(STUDY_SETUP),
     new_markdown_cell(
@@ -403,7 +406,7 @@ NOTEBOOKS["06_study.ipynb"] = [
     ),
     new_code_cell(STUDY_SIGNAL),
     new_markdown_cell(
-        "## The evaluation\n\nRank IC per decision, its mean, and a t-statistic corrected for overlap (Newey-West, lags = horizon / decision spacing). On a random walk the verdict should be: nothing. (Not always: by chance, about one random walk in twenty shows |t| > 2 at a given horizon; that is what a 5% test means, and why a verdict asks for data the signal was not chosen on.)"
+        "## The evaluation\n\nRank IC per decision, its mean, and a p-value that knows forward returns overlap and the history is short: the mean over decisions against its equal-weighted cosine standard error, Student's t with as many degrees of freedom as cosines (at most half the independent windows the decisions span), then Holm's correction over the horizons. On a random walk the verdict should be: nothing (a 5% test still says \"significant\" on one random walk in twenty, which is why a verdict asks for data the signal was not chosen on). `history=root` records the evaluation in the history's journal, so that the verdict can count the signals tried on this history."
     ),
     new_code_cell(STUDY_EVALUATE),
     new_code_cell(STUDY_PLOT),
@@ -413,7 +416,11 @@ NOTEBOOKS["06_study.ipynb"] = [
     new_code_cell(STUDY_LEAK),
     new_code_cell("leaked.plot();"),
     new_markdown_cell(
-        "The look-ahead check re-runs the study on the history cut at several moments, and flags every value stamped before a cut that changes when the rows after it are removed. The leaky study fails at every cut; the honest one passes."
+        "The leaky signal is the second one evaluated on this history, and the verdict counts it: its p-value is doubled (Bonferroni over the signals tried). The journal lists both."
+    ),
+    new_code_cell(STUDY_JOURNAL),
+    new_markdown_cell(
+        "The look-ahead check re-runs the study on the history cut where it makes claims (at a sample of the moments it stamps, and just before the round after each), and flags every value stamped before a cut that changes when the rows after it are removed; every column is compared. The leaky study fails; the honest one passes."
     ),
     new_code_cell(STUDY_CHECK),
     new_code_cell(STUDY_CHECK_HONEST),

@@ -132,7 +132,10 @@ class Evaluation:
             return f"{finding}: test it on data it was not chosen on{note}"
         if best["p_holm"] < ALPHA:
             return f"no evidence once the signals tried are counted: {finding}{note}"
-        return f"no evidence: the smallest p is {_p(best['p_holm'])} after {horizons} ({_horizon(best['horizon'])}){tries}{note}"
+        return (
+            f"no evidence: the smallest p is {_p(best['p_value'])} ({_horizon(best['horizon'])}), "
+            f"{_p(best['p_holm'])} after {horizons}{tries}{note}"
+        )
 
     def __str__(self) -> str:
         lines = [
