@@ -156,3 +156,25 @@ def test_a_study_reading_the_files_behind_defilens_back_is_refused(histories: Di
     with pytest.raises(defilens.HistoryError, match="while it was checked"):
         defilens.lookahead_check(swallowed, root, cuts=1)
     read()  # after the check, every reader works again
+
+
+@pytest.mark.slow
+def test_in_object_storage_a_study_reading_behind_defilens_back_is_refused(bucket: str, s3: Dict[str, str]) -> None:
+    root = f"{bucket}/study"
+    with defilens.testing.Sandbox(now="2026-01-05T00:00:00Z", seed=3, speed=0) as sandbox:
+        defilens.Client(base_url=sandbox).collect(
+            TOKENS[:3], "30m", count=8, out=root, markets=False, storage_options=s3
+        )
+
+    def honest_s3(path: str) -> pl.DataFrame:
+        grid = defilens.decision_times(path, "1h", storage_options=s3)
+        return defilens.asof(path, grid, intervals="1h", indicators="rsi14", storage_options=s3)
+
+    assert defilens.lookahead_check(honest_s3, root, cuts=2, storage_options=s3).ok
+
+    def behind_the_back(path: str) -> pl.DataFrame:
+        pl.scan_delta(f"{path}/snapshot", storage_options=s3).collect()
+        return honest_s3(path)
+
+    with pytest.raises(defilens.HistoryError, match=r"read 's3://.*/study/snapshot' with polars\.scan_delta"):
+        defilens.lookahead_check(behind_the_back, root, cuts=1, storage_options=s3)
