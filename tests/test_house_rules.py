@@ -140,3 +140,26 @@ def test_research_imports_the_history_by_its_public_names_only() -> None:
             if node.module != "history" or any(name.startswith("_") for name in names):
                 private.append(f"{path.name}: from {'.' * node.level}{node.module} import {', '.join(names)}")
     assert not private, private
+
+
+def test_commit_messages_keep_the_house_rules(tmp_path: Path) -> None:
+    """pre-commit's commit-msg stage (.ci/check-commit-msg): a subject of at most 72 characters,
+    a blank line after it, a body when more than 3 files change."""
+    script = Path(__file__).resolve().parent.parent / ".ci" / "check-commit-msg"
+
+    def check(message: str, files: int) -> "tuple[int, str]":
+        path = tmp_path / "MSG"
+        path.write_text(message)
+        done = subprocess.run([sys.executable, str(script), str(path), str(files)], capture_output=True, text=True)
+        return done.returncode, done.stderr
+
+    assert check("Labels on the rounds made\n\nWhy, and what was measured.\n", 12) == (0, "")
+    assert check("A one-file fix\n", 1) == (0, "")
+    assert check("A one-file fix\n# a comment git strips\n", 1) == (0, "")
+    code, said = check("x" * 73 + "\n\nbody\n", 1)
+    assert code == 1 and "73 characters" in said
+    code, said = check("Many files, no word why\n", 4)
+    assert code == 1 and "touches 4 files and the message has no body" in said
+    code, said = check("Subject\nbody right under it\n", 1)
+    assert code == 1 and "one blank line" in said
+    assert check("\n# only comments\n", 1)[0] == 1
