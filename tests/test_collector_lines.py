@@ -78,7 +78,7 @@ def test_a_panic_inside_a_commit_becomes_a_history_error(tmp_path: Path, monkeyp
     class PanicException(BaseException):
         pass
 
-    def panics(*args: Any) -> bool:
+    def panics(*args: Any, **named: Any) -> bool:
         raise PanicException("Already shut down")
 
     with Sandbox(now="2026-01-03T00:00:00Z", seed=2) as sandbox:

@@ -16,8 +16,9 @@ import polars as pl
 from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root, one_line, require
+from ._fence import ATTEMPTS, COMPACTION, epoch_of
 from ._layout import SORTED, State, states
-from ._lock import FENCE, Lease, LeaseLost, compaction_lock, fence_epoch, took_over
+from ._lock import Lease, LeaseLost, compaction_lock, took_over
 from ._retained import kept_for_time_travel
 from ._root import require_history, root_of
 from ._tables import PARTITION, TABLES, check_ours, load
@@ -33,8 +34,6 @@ CLOSED_AFTER = dt.timedelta(hours=1)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 #: Small files are packed into files of about this size.
 DEFAULT_TARGET_SIZE = 128 << 20
-#: How often a compaction tries its fence on a table while collectors' appends keep landing first.
-FENCE_ATTEMPTS = 5
 
 
 def _before_commit(step: str, table: str) -> None:
@@ -152,7 +151,7 @@ def _highest_fence(root: Root, found: Dict[str, State]) -> int:
     for name in TABLES:
         table = load(root, name) if found[name] is State.DELTA else None
         if table is not None:
-            highest = max(highest, fence_epoch(table.metadata().configuration.get(FENCE)) or 0)
+            highest = max(highest, epoch_of(table.metadata().configuration.get(COMPACTION)) or 0)
     return highest
 
 
@@ -181,7 +180,7 @@ def _checked(root: Root, name: str, lease: Lease, table: Any = None, *, current:
         table = _fresh(root, name, table)
     if table is None:
         raise HistoryError(f"the table {root.path(name)!r} disappeared during its compaction; run it again")
-    if table.metadata().configuration.get(FENCE) != lease.token:
+    if table.metadata().configuration.get(COMPACTION) != lease.token:
         raise took_over(root)
     return table
 
@@ -190,7 +189,7 @@ def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> Hi
     """What a commit of this compaction refused by the engine means: another compaction's fence
     (this one stalled past its lease), or another writer."""
     table = load(root, name)
-    if table is not None and table.metadata().configuration.get(FENCE) != lease.token:
+    if table is not None and table.metadata().configuration.get(COMPACTION) != lease.token:
         return took_over(root)
     return HistoryError(
         f"compaction of {root.path(name)!r} conflicted with another writer ({one_line(error)}); nothing was lost: "
@@ -199,25 +198,25 @@ def _conflicted(root: Root, name: str, lease: Lease, error: BaseException) -> Hi
 
 
 def _fence(root: Root, name: str, lease: Lease, retention: Optional[dt.timedelta]) -> Any:
-    """This compaction's first commit to a table: its token in the table's `FENCE` property (and
+    """This compaction's first commit to a table: its token in the table's `_fence.COMPACTION` property (and
     the log retention time travel needs, unless ``retention`` is None: the table's own), a metadata change that makes the engine refuse every
     commit of an earlier compaction planned before it. A collector's append that lands first
     only makes it try again. Returns the table as of that commit (None: there is no table)."""
     deltalake = require("deltalake")
-    for attempt in range(FENCE_ATTEMPTS):
+    for attempt in range(ATTEMPTS):
         lease.check()
         table = load(root, name)
         if table is None:
             return None
-        if (fence_epoch(table.metadata().configuration.get(FENCE)) or 0) > lease.epoch:
+        if (epoch_of(table.metadata().configuration.get(COMPACTION)) or 0) > lease.epoch:
             raise took_over(root)
-        changes = {FENCE: lease.token, **_log_retention(table, retention)}
+        changes = {COMPACTION: lease.token, **_log_retention(table, retention)}
         _before_commit("fence", name)
         try:
             table.alter.set_table_properties(changes, raise_if_not_exists=False)
             return table
         except deltalake.exceptions.CommitFailedError as error:
-            if attempt == FENCE_ATTEMPTS - 1:
+            if attempt == ATTEMPTS - 1:
                 raise _conflicted(root, name, lease, error) from None
     return None
 
