@@ -19,6 +19,7 @@ from .._storage import PathLike, Root, one_line, require
 from ._fence import ATTEMPTS, COMPACTION, epoch_of
 from ._layout import SORTED, State, states
 from ._lock import Lease, LeaseLost, compaction_lock, took_over
+from ._panics import engine_writes
 from ._retained import kept_for_time_travel
 from ._root import require_history, root_of
 from ._tables import PARTITION, TABLES, check_ours, load
@@ -139,7 +140,7 @@ def compact(
         table = load(root, name) if found[name] is State.DELTA else None
         if table is not None:  # another dataset's table is not ours to rewrite
             check_ours(table, name, root.path(name), "compact only a defilens history: move that table away")
-    with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
+    with compaction_lock(root, lambda: _highest_fence(root, found)) as lease, engine_writes(f"compacting {root.url!r}"):
         report = _compact(root, found, lease, retention_span, sort, budget, target, now)
     report.update(kept_for_time_travel(root))
     return report
@@ -297,7 +298,10 @@ def pack_closed_days(root: Root, now: dt.datetime) -> Dict[str, int]:
     if not todo:
         return report
     deltalake = require("deltalake")
-    with compaction_lock(root, lambda: _highest_fence(root, found)) as lease:
+    with (
+        compaction_lock(root, lambda: _highest_fence(root, found)) as lease,
+        engine_writes(f"packing the closed days of {root.url!r}"),
+    ):
         for name, days in todo.items():
             try:
                 table = _fence(root, name, lease, None)
@@ -364,7 +368,8 @@ def clean_log_behind(root: Root, name: str, previous: Optional[int]) -> None:
         behind = deltalake.DeltaTable(root.path(name), version=previous, storage_options=root.options())
     except (OSError, deltalake.exceptions.DeltaError):
         return  # that checkpoint is gone already (a collector's own cleanup): cleaned next time
-    behind.cleanup_metadata()
+    with engine_writes(f"cleaning the log of {root.path(name)!r}"):
+        behind.cleanup_metadata()
 
 
 def _log_retention(table: Any, retention: Optional[dt.timedelta]) -> Dict[str, str]:

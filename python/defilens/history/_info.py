@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, List, Optional
 import polars as pl
 
 from .._storage import Root, require
+from ._panics import engine_writes
 from ._tables import FETCHED_AT, PARTITION, frame_schema, load, restore, to_disk
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def keep_changes_only(root: Root) -> int:
     if kept.height == rows.height:
         return 0
     properties = deltalake.CommitProperties(custom_metadata={"defilens.operation": "info kept only when it changes"})
-    deltalake.write_deltalake(
-        table, to_disk(kept), mode="overwrite", partition_by=[PARTITION], commit_properties=properties
-    )
+    with engine_writes(f"rewriting {root.path(INFO)!r}"):
+        deltalake.write_deltalake(
+            table, to_disk(kept), mode="overwrite", partition_by=[PARTITION], commit_properties=properties
+        )
     return rows.height - kept.height

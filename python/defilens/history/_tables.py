@@ -23,7 +23,7 @@ from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, interval_restored
 from .._storage import Root, one_line, require
-from ._panics import quiet_panics
+from ._panics import engine_writes, quiet_panics
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -166,9 +166,14 @@ def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
     """Appends ``frame`` to the Delta table at ``name`` under ``root`` (created by the first
     append, with the history's table properties). For tables beside the history, such as the
     audit's; a round is committed to the history's own tables by `commit_round`."""
-    require("deltalake").write_deltalake(
-        root.path(name), to_disk(frame), mode="append", storage_options=root.options(), configuration=TABLE_PROPERTIES
-    )
+    with engine_writes(f"appending to {root.path(name)!r}"):
+        require("deltalake").write_deltalake(
+            root.path(name),
+            to_disk(frame),
+            mode="append",
+            storage_options=root.options(),
+            configuration=TABLE_PROPERTIES,
+        )
 
 
 def _vanished(error: BaseException) -> bool:
@@ -389,16 +394,17 @@ def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
     deltalake = require("deltalake")
     uri = root.path(name)
     try:
-        deltalake.write_deltalake(
-            uri,
-            like.head(0),
-            mode="error",
-            partition_by=[PARTITION],
-            name=marker(name),
-            description=DESCRIPTION,
-            configuration=TABLE_PROPERTIES,
-            storage_options=root.options(),
-        )
+        with engine_writes(f"creating {uri!r}"):
+            deltalake.write_deltalake(
+                uri,
+                like.head(0),
+                mode="error",
+                partition_by=[PARTITION],
+                name=marker(name),
+                description=DESCRIPTION,
+                configuration=TABLE_PROPERTIES,
+                storage_options=root.options(),
+            )
     except (OSError, deltalake.exceptions.DeltaError) as error:
         table = load(root, name)
         if table is None:
