@@ -8,6 +8,13 @@ recovering a round after a crash decides again, against a table in which the rou
 not (a table records a round once), so a round's info row is written if and only if it differs
 from what was stored before it. A row is only ever dropped for an identical stored row before it,
 so no collector drops a change another collector's rows do not hold.
+
+Rounds committed out of order can still store one change twice: a later fetch of a revision
+lands first (a change against the row before it), then the revision's first fetch (recovered
+after a crash, or another collector's) is a change too, and the later row no longer is. An
+append cannot take it back, so the table is read through `changes_in`, which drops it: a read
+gives each change once, as `reparse` rebuilds it, and what was in force at any moment is
+unchanged either way.
 """
 
 from __future__ import annotations
@@ -44,6 +51,12 @@ def changes_only(frame: pl.DataFrame) -> pl.DataFrame:
     columns = info_columns()
     ordered = frame.with_row_index("_row").sort("token", FETCHED_AT, "_row")
     return ordered.filter(_changed(columns).fill_null(True)).sort("_row").drop("_row")
+
+
+def changes_in(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """The info table's rows (as `restore` gives them) without those equal to the token's row
+    before them: each change once, whatever order the rounds were committed in."""
+    return rows.sort("token", FETCHED_AT).filter(_changed(info_columns()).fill_null(True))
 
 
 def new_changes(table: "Optional[DeltaTable]", frame: pl.DataFrame) -> pl.DataFrame:

@@ -24,6 +24,7 @@ import polars as pl
 from .._exceptions import HistoryError
 from .._names import did_you_mean
 from .._storage import PathLike, Root, one_line, require
+from ._info import INFO, changes_in
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import require_history, root_of
 from ._rounds import empty_table
@@ -142,7 +143,7 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
         if type(error).__module__.startswith("deltalake") or "Delta" in type(error).__name__:
             raise HistoryError(f"cannot read {root.path(name)!r}{_when(as_of)}: {one_line(error)}") from None
         raise
-    return lazy
+    return changes_in(lazy) if name == INFO else lazy  # a change stored twice (rounds out of order) reads once
 
 
 # -- time travel ---------------------------------------------------------------------------------
