@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Union
@@ -17,7 +18,7 @@ from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root, one_line, require
 from ._fence import ATTEMPTS, COMPACTION, epoch_of
-from ._layout import SORTED, State, states
+from ._layout import DELTA_LOG, SORTED, State, states
 from ._lock import Lease, LeaseLost, compaction_lock, took_over
 from ._panics import engine_writes
 from ._retained import kept_for_time_travel
@@ -242,7 +243,6 @@ def _compact(
         "files_vacuumed": 0,
     }
     workers = os.cpu_count() or 1
-    hours = retention_span.total_seconds() / 3600
     for name in TABLES:
         if found[name] is not State.DELTA:
             continue
@@ -270,7 +270,7 @@ def _compact(
             _clean_log_behind(root, name, previous, lease)
             lease.check()
             _before_commit("vacuum", name)
-            vacuumed = table.vacuum(retention_hours=max(1, int(hours)), dry_run=False, enforce_retention_duration=False)
+            vacuumed = vacuum_within_log(root, name, table, retention_span)
             report["files_vacuumed"] += len(vacuumed)
             report["files_after"] += len(_fresh(root, name, table).file_uris())
         except deltalake.exceptions.CommitFailedError as error:
@@ -319,7 +319,7 @@ def pack_closed_days(root: Root, now: dt.datetime) -> Dict[str, int]:
                 table = _fresh(root, name, table)
                 table.create_checkpoint()  # the next load reads the few files, not the many
                 lease.check()
-                table.vacuum(dry_run=False)  # within the table's retention: time travel keeps what it reaches
+                vacuum_within_log(root, name, table, None)  # within the table's retention and its kept log
             except deltalake.exceptions.CommitFailedError as error:
                 raise _conflicted(root, name, lease, error) from None
             except (OSError, deltalake.exceptions.DeltaError) as error:
@@ -327,6 +327,39 @@ def pack_closed_days(root: Root, now: dt.datetime) -> Dict[str, int]:
                     f"could not pack the closed days of {root.path(name)!r}: {one_line(error)}"
                 ) from None
     return report
+
+
+#: How much older than the oldest kept log entry a file's removal must be for vacuum to delete
+#: it: room for the writers' clocks (which stamp removals) against the store's (which stamps entries).
+CLOCK_MARGIN = dt.timedelta(hours=1)
+
+
+def _oldest_log_entry(root: Root, name: str) -> Optional[dt.datetime]:
+    """When the oldest entry (commit or checkpoint) still in the table's log was written."""
+    obstore = require("obstore")
+    stamps = [
+        meta["last_modified"]
+        for batch in obstore.list(root.store(), prefix=f"{name}/{DELTA_LOG}/")
+        for meta in batch
+        if re.fullmatch(r"\d{20}\.(json|checkpoint\.parquet)", meta["path"].rsplit("/", 1)[-1])
+    ]
+    return min(stamps) if stamps else None
+
+
+def vacuum_within_log(root: Root, name: str, table: Any, retention: Optional[dt.timedelta]) -> List[str]:
+    """Vacuum that deletes only what no version the log still lists refers to: files removed
+    over ``retention`` ago (None: the table's own file retention) and before the oldest kept log
+    entry. Vacuum alone goes by the retention, and log cleanup keeps every entry from a checkpoint
+    on, however old: versions stayed listed after their files were deleted, and time travel to
+    them failed at ``.collect()``. Returns the files deleted."""
+    if retention is None:
+        seconds = _seconds(table.metadata().configuration.get("delta.deletedFileRetentionDuration"))
+        retention = dt.timedelta(seconds=seconds if seconds is not None else DEFAULT_RETENTION.total_seconds())
+    oldest = _oldest_log_entry(root, name)
+    if oldest is not None:
+        retention = max(retention, dt.datetime.now(dt.timezone.utc) - oldest + CLOCK_MARGIN)
+    hours = max(1, math.ceil(retention.total_seconds() / 3600))
+    return list(table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False))
 
 
 def _unpacked_days(root: Root, name: str, now: dt.datetime) -> List[str]:
