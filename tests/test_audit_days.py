@@ -337,3 +337,34 @@ def test_an_audit_on_a_full_disk_says_one_line_without_a_panic(tmp_path: Path) -
             assert "coverage:" in run.stdout
             # Another audit, with room again, keeps them.
             shutil.rmtree(root / CACHE.split("/")[0], ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_days_summarized_one_at_a_time_and_kept_in_groups_give_the_same_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass reads a day at most (memory follows a day, not the history) and summaries are
+    kept a few days at a time: the audit, cold and warm, is the one computed from every row."""
+    from defilens.research import _day_summaries
+
+    rng = random.Random(2)
+    root = tmp_path / "h"
+    _write(root, _rounds(rng, START + dt.timedelta(hours=20), 24 * 5, False), rng, False)
+    reference = _reference(root)
+    passes: List[List[dt.date]] = []
+    summarize = _day_summaries.summarize
+    monkeypatch.setattr(_day_summaries, "BATCH_ROWS", 1)
+    monkeypatch.setattr(_day_summaries, "KEEP_ROWS", 3000)
+    monkeypatch.setattr(
+        _day_summaries, "summarize", lambda sources, dates: passes.append(dates) or summarize(sources, dates)
+    )
+    _assert_equal(defilens.audit(root), reference)
+    days = _days_summarized(root)
+    assert days >= 5 and all(len(dates) == 1 for dates in passes) and len(passes) == days
+    audits = pl.scan_delta(str(root / CACHE / "days")).select(pl.col("audit").n_unique()).collect().item()
+    assert audits == 1
+    commits = len(DeltaTable(str(root / CACHE / "days")).history())
+    assert 2 <= commits < days  # kept in groups of days: more than one append, fewer than one a day
+    passes.clear()
+    _assert_equal(defilens.audit(root), reference)
+    assert passes == []

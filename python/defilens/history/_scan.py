@@ -26,6 +26,7 @@ from .._exceptions import HistoryError
 from .._names import did_you_mean
 from .._storage import PathLike, Root, one_line, require
 from ._info import INFO, changes_in
+from ._kept import kept_for_reading
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import require_history, root_of
 from ._rounds import empty_table
@@ -105,9 +106,10 @@ READER_ADVICE = "read it with polars or deltalake directly, or give a root that 
 
 
 def load_ours(root: Root, name: str) -> "Optional[DeltaTable]":
-    """The table ``name`` loaded, or None when there is none; a Delta table of another dataset at
-    its path is refused (`check_ours`), never read as if it were the frame."""
-    table = load(root, name)
+    """The table ``name`` at its newest version (kept loaded between reads while nothing is
+    committed to it, `kept_for_reading`), or None when there is none; a Delta table of another
+    dataset at its path is refused (`check_ours`), never read as if it were the frame."""
+    table = kept_for_reading(root, name, lambda: load(root, name))
     if table is not None:
         check_ours(table, name, root.path(name), READER_ADVICE)
     return table
