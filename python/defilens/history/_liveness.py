@@ -136,6 +136,10 @@ class _LocalRunning(Running):
             same = False
         if same:
             return
+        try:
+            os.makedirs(self.folder, exist_ok=True)  # the whole of _defilens removed
+        except OSError as error:
+            raise HistoryError(f"cannot create {self.folder!r}: {error.strerror or error}") from None
         fd = self._lock(self.app_id)
         if fd is None:
             raise taken_over(self.app_id, f"its lock file {self._path(self.app_id)} was removed and taken")
