@@ -7,6 +7,7 @@ year, object storage (moto, in its own process) beside the local disk.
     python benchmarks/bench_history.py day --tokens 2000  # 288 rounds of one day, then compaction
     python benchmarks/bench_history.py year --tokens 200  # a year's backlog of 5-minute rounds
     python benchmarks/bench_history.py rounds --rounds 3000 --tokens 3   # commit time as a collector's log grows
+    python benchmarks/bench_history.py collected --tokens 30 --days 1 --folder F   # reads, audit, compaction of what collect leaves
     python benchmarks/bench_history.py all --json out.json
 
 Rounds are real: the Sandbox's bodies for each token, parsed and committed exactly as `collect`
@@ -734,6 +735,118 @@ def bench_asof(tokens: int, days: int, folder: str, step_minutes: int) -> Dict[s
     return result
 
 
+# --------------------------------------------------------------------------- a collected history
+
+
+def collected_history(root: str, tokens: int, days: int, every: str) -> float:
+    """A history as `collect` leaves it: rounds every ``every`` for ``days`` days of the Sandbox's
+    still clock, raw bodies kept, closed days packed by the collector itself (unless ``root``
+    holds one already). Returns the seconds it took (0 when reused)."""
+    from defilens.testing import Sandbox
+
+    if Path(root, "indicators").exists():
+        return 0.0
+    rounds = int(days * 86400 / parse_every(every))
+    t0 = time.perf_counter()
+    with Sandbox(now="2026-01-05T00:00:00Z", seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox.url, clock=sandbox)
+        client.collect(token_ids(tokens), every, count=rounds, out=root, raw=True, progress=False)
+    return time.perf_counter() - t0
+
+
+_READS_CHILD = """
+import datetime as dt, json, statistics, sys, time
+import polars as pl
+import defilens
+
+root, repeats = sys.argv[1], int(sys.argv[2])
+if sys.argv[3] == "uncached":  # every read loads its tables from scratch, as before they were kept
+    from defilens.history import _scan
+    _scan.kept_for_reading = lambda root, name, load: load()
+first = defilens.scan(root, "snapshot").select(pl.col("fetched_at").min()).collect().item()
+last = defilens.scan(root, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+moments = [first + dt.timedelta(hours=h) for h in range(1, int((last - first).total_seconds() // 3600) + 1)]
+times, rows = [], 0
+for _ in range(repeats + 1):
+    started = time.perf_counter()
+    rows = defilens.asof(root, moments, intervals="1h", indicators="rsi14").height
+    times.append(time.perf_counter() - started)
+print(json.dumps({"moments": len(moments), "rows": rows, "first": times[0], "best": min(times[1:]),
+                  "median": statistics.median(times[1:])}))
+"""
+
+_AUDIT_CHILD = """
+import json, sys, time
+import defilens
+
+def peak_mib():
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+if sys.argv[2] == "one pass":  # every day in one pass, as before the audit read a day a pass
+    from defilens.research import _day_summaries
+    _day_summaries.BATCH_ROWS = 10_000_000
+open("/proc/self/clear_refs", "w").write("5")  # the high-water mark from here (after imports)
+baseline = peak_mib()
+started = time.perf_counter()
+report = defilens.audit(sys.argv[1], cache=False, progress=False)
+print(json.dumps({"seconds": time.perf_counter() - started, "peak_mib": peak_mib(), "baseline_mib": baseline,
+                  "pairs": report.coverage.height}))
+"""
+
+_COMPACT_CHILD = """
+import datetime as dt, json, sys, time
+import defilens
+from defilens.history import _compact
+
+if sys.argv[2] == "every-day":  # the sort of every closed day (before the sort paid its way)
+    _compact.SORT_FROM_ROWS = 0
+started = time.perf_counter()
+report = defilens.compact(sys.argv[1], sort=sys.argv[2] != "no-sort", now=dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc))
+print(json.dumps({"seconds": time.perf_counter() - started, "days_sorted": report["days_sorted"]}))
+"""
+
+
+def _child_json(code: str, *args: str) -> Dict[str, Any]:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def bench_collected(tokens: int, days: int, folder: str, every: str, repeats: int = 10) -> Dict[str, Any]:
+    """On a history as `collect` leaves it (`collected_history`): a scoped as-of read (rsi14 of
+    1h at every hour) timed in one process, first call and repeated; the audit without its kept
+    summaries, with its peak RSS; compaction without sorting, with the sort where it pays, and
+    with every closed day sorted (each on its own copy), and one token's query after each."""
+    root = f"{folder}/collected-{tokens}-{days}-{every}"
+    writing = collected_history(root, tokens, days, every)
+    size = sum(path.stat().st_size for path in Path(root).rglob("*") if path.is_file())
+    result: Dict[str, Any] = {"tokens": tokens, "days": days, "every": every, "writing": writing, "bytes": size}
+    result["load before"] = load()
+    for kept in ("cached", "uncached"):
+        key = "asof" if kept == "cached" else "asof uncached"
+        result[key] = _child_json(_READS_CHILD, root, str(repeats), kept)
+        print(f"collected {key}: {result[key]} (load {load()})", flush=True)
+    for passes in ("a day a pass", "one pass"):
+        key = "audit" if passes == "a day a pass" else "audit one pass"
+        result[key] = _child_json(_AUDIT_CHILD, root, passes)
+        print(f"collected {key}: {result[key]} (load {load()})", flush=True)
+    token = token_ids(tokens)[0]
+    result["query before"] = query_one_token(root, token)
+    for how in ("no-sort", "sort", "every-day"):
+        copy = f"{folder}/compacted-{how}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(root, copy)
+        result[f"compact {how}"] = _child_json(_COMPACT_CHILD, copy, how)
+        result[f"query {how}"] = query_one_token(copy, token)
+        print(f"collected compact {how}: {result[f'compact {how}']}, query {result[f'query {how}']:.3f} s", flush=True)
+        shutil.rmtree(copy, ignore_errors=True)
+    result["load"] = load()
+    print(f"collected {tokens} tokens {days} days: {result}", flush=True)
+    return result
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -880,12 +993,51 @@ def report(results: Dict[str, Any]) -> Dict[str, Any]:
                         r[k]["seconds"] < goal[0] and r[k]["peak_mib"] < goal[1],
                     )
                 )
+    if "collected" in results:
+        r = results["collected"]
+        a, audit = r["asof"], r["audit"]
+        sections.append(
+            f"A history as collect leaves it: {r['tokens']} tokens, {r['days']} days of rounds every {r['every']} "
+            f"({r['bytes'] / 1e6:,.0f} MB). Scoped asof (rsi14 1h, {a['moments']} hourly moments): first call "
+            f"{a['first']:.3f} s, then best {a['best']:.3f} s, median {a['median']:.3f} s (tables loaded for every "
+            f"read, as before: best {r['asof uncached']['best']:.3f} s, median {r['asof uncached']['median']:.3f} s)."
+            f" audit(cache=False): {audit['seconds']:.1f} s, peak {audit['peak_mib']:,.0f} MiB (every day in one pass,"
+            f" as before: {r['audit one pass']['seconds']:.1f} s, {r['audit one pass']['peak_mib']:,.0f} MiB)."
+            " compact: no sort "
+            f"{r['compact no-sort']['seconds']:.1f} s, sort where it pays {r['compact sort']['seconds']:.1f} s "
+            f"({r['compact sort']['days_sorted']} days sorted), every closed day sorted "
+            f"{r['compact every-day']['seconds']:.1f} s; one token's query before {r['query before']:.3f} s, then "
+            f"{r['query no-sort']:.3f} / {r['query sort']:.3f} / {r['query every-day']:.3f} s. Load {r['load']}."
+        )
+        goal = 0.1 if r["days"] <= 1 else 0.3
+        targets.append(
+            target(
+                f"scoped asof, {r['days']} days, {r['tokens']} tokens, repeated",
+                f"{a['best']:.3f} s (median {a['median']:.3f})",
+                f"< {goal} s idle",
+                a["best"] < goal,
+            )
+        )
+        targets.append(
+            target("audit(cache=False) peak", f"{audit['peak_mib']:,.0f} MiB", "< 500 MB", audit["peak_mib"] < 477)
+        )
+        plain = r["compact no-sort"]["seconds"]
+        targets.append(
+            target(
+                "compact with sort vs without",
+                f"{r['compact sort']['seconds'] / plain:.2f}x",
+                "<= 2x",
+                r["compact sort"]["seconds"] <= 2 * plain,
+            )
+        )
     return {"title": "History on Delta Lake", "body": "\n\n".join(sections), "targets": targets, "results": results}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["commit", "rounds", "log", "day", "year", "research", "asof", "all"])
+    parser.add_argument(
+        "part", choices=["commit", "rounds", "log", "day", "year", "research", "asof", "collected", "all"]
+    )
     parser.add_argument(
         "--tokens", type=int, default=None, help="tokens for day/year (default 2,000 for day, 200 for year)"
     )
@@ -918,6 +1070,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             results["research"] = bench_research(args.tokens or 200, args.days, folder, args.step_minutes)
         if args.part in ("asof", "all"):
             results["asof"] = bench_asof(args.tokens or 150, args.days, folder, args.step_minutes)
+        if args.part == "collected":  # not in "all": collecting ten days of 150 tokens takes half an hour
+            results["collected"] = bench_collected(args.tokens or 30, args.days, folder, args.every)
     finally:
         if args.folder is None:
             shutil.rmtree(folder, ignore_errors=True)

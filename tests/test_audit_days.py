@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import random
+import shutil
 import zlib
 from pathlib import Path
 from typing import Dict, List
@@ -306,3 +307,64 @@ def test_without_cache_nothing_is_written_and_a_read_only_root_still_audits(tmp_
     with pytest.warns(UserWarning, match="could not be kept"):
         report = defilens.audit(root)
     _assert_equal(report, reference)
+
+
+@pytest.mark.slow
+def test_an_audit_on_a_full_disk_says_one_line_without_a_panic(tmp_path: Path) -> None:
+    """The audit keeps its day summaries beside the history; on a disk that fills up while it
+    writes them, delta-rs's object store panics on its way out. The audit is still complete: it
+    prints its report and one warning, never Rust's panic text or a traceback."""
+    import subprocess
+    import sys
+
+    from full_disk import fill, tmpfs
+
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        root = disk / "h"
+        _write(root, _rounds(random.Random(3), START, 30, tidy=True), random.Random(3), tidy=True)
+        for leave in (4, 8, 12, 16, 24, 32, 48, 64):
+            fill(disk, leave * 1024)
+            run = subprocess.run(
+                [sys.executable, "-m", "defilens", "audit", str(root)], capture_output=True, text=True, timeout=300
+            )
+            assert "panicked" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+            assert run.returncode == 0, run.stderr
+            lines = [line for line in run.stderr.splitlines() if line.strip()]
+            assert len(lines) <= 1, run.stderr
+            assert all(
+                line.startswith("defilens: warning: the audit's day summaries could not be kept") for line in lines
+            )
+            assert "coverage:" in run.stdout
+            # Another audit, with room again, keeps them.
+            shutil.rmtree(root / CACHE.split("/")[0], ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_days_summarized_one_at_a_time_and_kept_in_groups_give_the_same_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass reads a day at most (memory follows a day, not the history) and summaries are
+    kept a few days at a time: the audit, cold and warm, is the one computed from every row."""
+    from defilens.research import _day_summaries
+
+    rng = random.Random(2)
+    root = tmp_path / "h"
+    _write(root, _rounds(rng, START + dt.timedelta(hours=20), 24 * 5, False), rng, False)
+    reference = _reference(root)
+    passes: List[List[dt.date]] = []
+    summarize = _day_summaries.summarize
+    monkeypatch.setattr(_day_summaries, "BATCH_ROWS", 1)
+    monkeypatch.setattr(_day_summaries, "KEEP_ROWS", 3000)
+    monkeypatch.setattr(
+        _day_summaries, "summarize", lambda sources, dates: passes.append(dates) or summarize(sources, dates)
+    )
+    _assert_equal(defilens.audit(root), reference)
+    days = _days_summarized(root)
+    assert days >= 5 and all(len(dates) == 1 for dates in passes) and len(passes) == days
+    audits = pl.scan_delta(str(root / CACHE / "days")).select(pl.col("audit").n_unique()).collect().item()
+    assert audits == 1
+    commits = len(DeltaTable(str(root / CACHE / "days")).history())
+    assert 2 <= commits < days  # kept in groups of days: more than one append, fewer than one a day
+    passes.clear()
+    _assert_equal(defilens.audit(root), reference)
+    assert passes == []

@@ -15,9 +15,10 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
+from full_disk import fill, tmpfs
 from history_checks import assert_whole_rounds
 
 import defilens
@@ -78,7 +79,7 @@ def test_a_panic_inside_a_commit_becomes_a_history_error(tmp_path: Path, monkeyp
     class PanicException(BaseException):
         pass
 
-    def panics(*args: Any) -> bool:
+    def panics(*args: Any, **named: Any) -> bool:
         raise PanicException("Already shut down")
 
     with Sandbox(now="2026-01-03T00:00:00Z", seed=2) as sandbox:
@@ -89,35 +90,11 @@ def test_a_panic_inside_a_commit_becomes_a_history_error(tmp_path: Path, monkeyp
         commit_round(root_of(tmp_path / "h"), {"snapshot": tables["snapshot"]}, "x", 0, {})
 
 
-@contextlib.contextmanager
-def _tmpfs(folder: Path, size: str) -> Iterator[Path]:
-    """A small disk that really fills up. Mounting it needs root, which this project's machines and
-    CI have: elsewhere the test fails and says so, rather than passing having checked nothing."""
-    assert os.geteuid() == 0, "mounting a small tmpfs (a disk that really fills up) needs root"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
-    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}"
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=True)
-
-
-def _fill(disk: Path, leave: int) -> None:
-    """Fills the disk but for about ``leave`` bytes."""
-    filler = disk / "filler"
-    filler.unlink(missing_ok=True)
-    stat = os.statvfs(disk)
-    free = stat.f_bavail * stat.f_frsize
-    with open(filler, "wb") as handle:
-        handle.write(b"\0" * max(0, free - leave))
-
-
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_without_a_panic(tmp_path: Path) -> None:
     """A real disk that fills up during the round's commits (the spool entry still fits):
     delta-rs's object store panics on its way out in most runs; the user sees one line."""
-    with _tmpfs(tmp_path / "disk", "3m") as disk:
+    with tmpfs(tmp_path / "disk", "3m") as disk:
         root = disk / "h"
         _collect(root, 1)
         _spool_round(tmp_path / "probe", new_collector_id())
@@ -126,7 +103,7 @@ def test_a_full_disk_is_one_line_without_a_panic(tmp_path: Path) -> None:
         )
         commit_failures = 0
         for extra in (8, 24, 40, 56, 72, 96):
-            _fill(disk, spool_size + extra * 1024)
+            fill(disk, spool_size + extra * 1024)
             run = subprocess.run(
                 CLI
                 + ["collect", *TOKENS, "--sandbox", "--every", "0.01s", "--count", "1", "--raw", "--out", str(root)],

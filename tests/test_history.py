@@ -22,7 +22,7 @@ from history_checks import assert_whole_rounds
 from polars.testing import assert_frame_equal
 
 import defilens
-from defilens.history import TABLES
+from defilens.history import TABLES, _compact
 from defilens.history._collect import new_collector_id
 from defilens.history._root import root_of
 from defilens.history._rounds import round_of_fetch, tables_of
@@ -145,7 +145,8 @@ def test_two_collectors_at_once_lose_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_compaction_while_collecting_loses_and_doubles_nothing(tmp_path: Path) -> None:
+def test_compaction_while_collecting_loses_and_doubles_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_compact, "SORT_FROM_ROWS", 0)  # every closed day sorted, however small
     root = tmp_path / "h"
     _collect(root, 2)
     done = threading.Event()
@@ -468,3 +469,21 @@ def test_the_install_hint_names_what_the_history_extra_holds() -> None:
     assert extra is not None
     for requirement in re.findall(r'"([^"]+)"', extra.group(1)):
         assert f'"{requirement}"' in INSTALL_HINT, requirement
+
+
+def test_compaction_sorts_a_closed_day_only_where_a_query_can_skip_part_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day of one Parquet row group is read whole by any query: sorting it costs and saves
+    nothing. Only a day of more rows than a row group is sorted (here the bound is lowered to
+    between the small tables' days and the indicators' day)."""
+    root = tmp_path / "h"
+    _collect(root, 3)
+    later = dt.datetime(2030, 1, 1, tzinfo=UTC)
+    assert defilens.compact(root, now=later)["days_sorted"] == 0  # every day here is far below a row group
+    indicators = defilens.scan(root, "indicators").select(pl.len()).collect().item()
+    snapshot = defilens.scan(root, "snapshot").select(pl.len()).collect().item()
+    monkeypatch.setattr(_compact, "SORT_FROM_ROWS", (indicators + snapshot) // 2)
+    assert defilens.compact(root, now=later)["days_sorted"] >= 1
+    assert glob.glob(str(root / "_defilens" / "sorted" / "indicators" / "*"))
+    assert not glob.glob(str(root / "_defilens" / "sorted" / "snapshot" / "*"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -140,3 +141,30 @@ def test_convert_keeps_the_changes_of_an_info_table_written_every_round(history:
 
     table = load(root, "info")
     assert table is not None and table.transaction_version("earlier") == 0
+
+
+def test_a_change_committed_late_is_read_once(tmp_path: Path) -> None:
+    """Rounds committed out of order: the later fetch of a revised info lands first (a change
+    against the row before it), then the earlier fetch of the same revision (recovered after a
+    crash, or another collector's). The stored rows then hold the revision twice; `scan` reads
+    it once, as `reparse` rebuilds it from the raw bodies."""
+    root = root_of(tmp_path / "h", None)
+    spool = Spool(root)
+    with Sandbox(now=START, seed=5) as sandbox:
+        client = defilens.Client(base_url=sandbox)
+
+        def fetch(app_id: str) -> Any:
+            return round_of_fetch(client.fetch(TOKENS, markets=False), app_id, 0, sandbox.now, keep_raw=True)
+
+        first = fetch("a")
+        sandbox.advance("31d")  # every token's info was revised meanwhile
+        revised = fetch("b")
+        sandbox.advance("1h")
+        again = fetch("c")  # the same revision, an hour later
+    for round_ in (first, again, revised):  # the revision's first fetch lands last
+        commit(root, spool, round_, spool.put(round_))
+    keys = ["token", "fetched_at"]
+    stored = defilens.scan(tmp_path / "h", "info").drop("date").collect().sort(keys)
+    rebuilt = defilens.reparse(tmp_path / "h").info.sort(keys)
+    assert stored.height == 2 * len(TOKENS)
+    assert_frame_equal(stored, rebuilt)

@@ -133,3 +133,56 @@ def test_a_kept_table_is_loaded_from_scratch_again_after_a_checkpoint_interval(
     assert full_loads.pop("info") == 1, full_loads
     assert full_loads and set(full_loads.values()) == {3}, full_loads
     assert assert_whole_rounds(root) == 8 * 2
+
+
+# -- a reader's tables, kept from one read to the next (issue 50, item 5) -------------------------
+
+
+@pytest.fixture
+def reader_loads(monkeypatch) -> Counter:
+    """How often each table was loaded from scratch for a read."""
+    from defilens.history import _scan
+
+    counted: Counter = Counter()
+    original = _scan.load
+
+    def counting(root, name, version=None):
+        if version is None:
+            counted[name] += 1
+        return original(root, name, version)
+
+    monkeypatch.setattr(_scan, "load", counting)
+    return counted
+
+
+def test_a_reader_loads_a_table_once_until_something_is_committed_to_it(tmp_path: Path, reader_loads: Counter) -> None:
+    root = str(tmp_path / "h")
+    _collect(root, 2)
+    at = defilens.scan(root, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    reader_loads.clear()
+    for _ in range(3):
+        assert defilens.asof(root, at, intervals="1h", indicators="rsi14").height > 0
+        assert defilens.scan(root, "snapshot").collect().height == 2 * 2
+    assert reader_loads == Counter({"ta_updated": 1, "indicators": 1}), reader_loads  # once each; snapshot above
+    lazy = defilens.scan(root, "snapshot")  # planned before the next round, collected after it
+    _collect(root, 1)
+    assert defilens.scan(root, "snapshot").collect().height == 3 * 2  # the new round is read
+    assert reader_loads["snapshot"] == 1 and reader_loads["indicators"] == 1
+    assert lazy.collect().height == 2 * 2  # a table handed out stays at its version
+
+
+def test_a_table_replaced_with_as_many_versions_is_loaded_again_by_a_reader(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _collect(str(root), 1)
+    assert defilens.scan(root, "snapshot").collect().height == 2
+    versions = defilens.history.versions(root, "snapshot").height
+    (root / "snapshot").rename(tmp_path / "snapshot-kept")
+    for day in range(versions):
+        write_deltalake(
+            str(root / "snapshot"),
+            pl.DataFrame({"token": ["x"], PARTITION: [dt.date(2026, 1, 1 + day)], "price": [1.0]}),
+            partition_by=[PARTITION],
+            mode="append",
+        )
+    with pytest.raises(defilens.HistoryError, match=r"not a defilens 'snapshot' table"):
+        defilens.scan(root, "snapshot")

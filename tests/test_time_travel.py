@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import polars as pl
 import pytest
@@ -28,6 +28,7 @@ UTC = dt.timezone.utc
 TOKENS = ["bitcoin", "ethereum"]
 SECONDS_PER_HOUR = 3600
 CLI = [sys.executable, "-m", "defilens"]
+Options = Optional[Dict[str, str]]
 
 
 def _collect(root: Path, rounds: int) -> int:
@@ -294,3 +295,92 @@ def test_the_command_line_lists_each_versions_moment_and_operation(tmp_path: Pat
     assert [moment[:19] for moment in shown] == expected and all(moment.endswith("UTC") for moment in shown)
     assert [row[2] for row in rows] == listed.get_column("operation").to_list()
     assert "OPTIMIZE" in [row[2] for row in rows]
+
+
+# -- what the collector's own packing vacuums (issue 50, item 2) ---------------------------------
+
+
+def _collect_days(root: Any, rounds: int, start: str, options: Options = None) -> int:
+    """Rounds every 3 hours on a Sandbox's still clock: a day closes every eight rounds, and the
+    collector packs it (and vacuums) at the first round an hour after."""
+    with Sandbox(now=start, seed=7) as sandbox:
+        client = defilens.Client(base_url=sandbox.url, clock=sandbox)
+        return client.collect(TOKENS, "3h", count=rounds, out=root, storage_options=options)
+
+
+def _pack_and_vacuum_two_days(root: Any, options: Options = None) -> None:
+    """Day 1 packed; then, as if its retention had passed (the tables' file retention set to a
+    second, a second waited), day 2 packed: that packing's vacuum may delete day 1's small files."""
+    from deltalake import DeltaTable
+
+    assert _collect_days(root, 10, "2026-01-01T00:00:00Z", options) == 10  # day 1 packed at 2026-01-02 03:00
+    for name in ("snapshot", "indicators", "ta_updated", "log"):
+        DeltaTable(f"{root}/{name}", storage_options=options).alter.set_table_properties(
+            {"delta.deletedFileRetentionDuration": "interval 1 seconds"}
+        )
+    time.sleep(1.5)
+    assert _collect_days(root, 8, "2026-01-02T06:00:00Z", options) == 8  # day 2 packed at 2026-01-03 03:00
+
+
+def test_the_collectors_packing_keeps_what_the_kept_log_reads(tmp_path: Path) -> None:
+    """Every version `versions` lists reads, by version and by its moment, the rows committed by
+    then. Before the fix the packing vacuumed the small files of the versions before its first
+    pack while the log still listed them: `.collect()` failed with a bare FileNotFoundError."""
+    root = tmp_path / "h"
+    _pack_and_vacuum_two_days(root)
+    listed = versions(root, "snapshot")
+    assert listed.get_column("version").to_list()[:2] == [0, 1]
+    assert "OPTIMIZE" in listed.get_column("operation").to_list()
+    for row in listed.iter_rows(named=True):
+        by_version = defilens.scan(root, "snapshot", as_of=row["version"]).collect()
+        rounds = listed.filter(pl.col("version") <= row["version"], pl.col("round").is_not_null()).height
+        assert by_version.height == rounds * len(TOKENS), row
+    first_round = listed.filter(pl.col("round") == 0).row(0, named=True)["committed_at"]
+    assert defilens.scan(root, "snapshot", as_of=first_round).collect().height == len(TOKENS)
+
+
+def test_versions_whose_files_are_gone_are_not_listed_and_refused_before_collect(tmp_path: Path) -> None:
+    """A history an earlier version (or a vacuum by hand) left with log entries whose files are
+    gone: `versions` starts at the oldest version that reads, and a version or moment before it
+    raises `HistoryError` saying how far time travel reaches, at `scan`, not at `.collect()`."""
+    from deltalake import DeltaTable
+
+    root = tmp_path / "h"
+    _pack_and_vacuum_two_days(root)
+    everything = versions(root, "snapshot")
+    DeltaTable(str(root / "snapshot")).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+    )
+    listed = versions(root, "snapshot")
+    oldest = listed.row(0, named=True)
+    assert everything.row(0, named=True)["version"] == 0 and oldest["version"] > 1
+    numbers = listed.get_column("version").to_list()
+    assert numbers == list(range(oldest["version"], numbers[-1] + 1))
+    assert defilens.scan(root, "snapshot", as_of=oldest["version"]).collect().height > 0
+    reaches = rf"reaches back to {re.escape(_show(oldest['committed_at']))} \(version {oldest['version']}\)"
+    with pytest.raises(defilens.HistoryError, match=rf"version 1 of .* can no longer be read: time travel {reaches}"):
+        defilens.scan(root, "snapshot", as_of=1)
+    first_round = everything.filter(pl.col("round") == 0).row(0, named=True)["committed_at"]
+    with pytest.raises(defilens.HistoryError, match=reaches):
+        defilens.scan(root, "snapshot", as_of=first_round)
+    run = subprocess.run(CLI + ["versions", str(root), "snapshot"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    shown = [int(line.strip("│ ").split("┆")[0]) for line in run.stdout.splitlines() if re.match(r"│ \d", line)]
+    assert shown[0] == oldest["version"]
+
+
+@pytest.mark.slow
+def test_time_travel_knows_what_it_can_read_in_object_storage(bucket: str, s3: Dict[str, str]) -> None:
+    from deltalake import DeltaTable
+
+    root = f"{bucket}/history"
+    _pack_and_vacuum_two_days(root, s3)
+    assert versions(root, "snapshot", storage_options=s3).row(0, named=True)["version"] == 0
+    assert defilens.scan(root, "snapshot", as_of=1, storage_options=s3).collect().height == len(TOKENS)
+    DeltaTable(f"{root}/snapshot", storage_options=s3).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+    )
+    oldest = versions(root, "snapshot", storage_options=s3).row(0, named=True)["version"]
+    assert oldest > 1
+    with pytest.raises(defilens.HistoryError, match=rf"can no longer be read: .*\(version {oldest}\)"):
+        defilens.scan(root, "snapshot", as_of=1, storage_options=s3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import signal
 import threading
 import time
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 
 from .. import _waiting
 from .._duration import parse_every
-from .._exceptions import DefiLensWarning
+from .._exceptions import DefiLensWarning, HistoryError
 from .._progress import ProgressCallback, progress_callback
 from .._stack import stacklevel_outside
 from .._storage import PathLike, Root
+from ._fence import Fence, TakenOver
 from ._info import INFO, new_changes
 from ._kept import KeptTables
 from ._layout import check_writable_layout, ready
@@ -26,7 +28,7 @@ from ._root import check_writable_root, require_history, root_of
 from ._rounds import Round, round_of_fetch, tables_of
 from ._settings import check_universe, collector_settings
 from ._spool import Spool
-from ._tables import COMMIT_THREADS, TABLES, commit_round, load
+from ._tables import COMMIT_THREADS, TABLES, NumberTaken, commit_round, load
 from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -113,35 +115,92 @@ def next_round(root: Root, app_id: str) -> int:
         return max(pool.map(last_in, TABLES)) + 1
 
 
-def commit(root: Root, spool: Spool, round_: Round, path: str, kept: "Optional[KeptTables]" = None) -> None:
+def commit(
+    root: Root,
+    spool: Spool,
+    round_: Round,
+    path: str,
+    kept: "Optional[KeptTables]" = None,
+    fence: "Optional[Fence]" = None,
+) -> None:
     """Puts the spooled round in every table it belongs to (once, whatever happened before),
-    then takes it out of the spool. ``kept``: the collector's tables as its last round left them."""
+    then takes it out of the spool. ``kept``: the collector's tables as its last round left them;
+    ``fence``: the collector's (`Running.fence`). A round is counted as there only where a
+    table's log records this very round (`_tables.NumberTaken` otherwise)."""
     tables, _ = tables_of(round_)
     if INFO in tables:
         # Info is kept only when it changes (_info), judged against the table as it is now.
         stored = kept.ready(root, INFO) if kept is not None else load(root, INFO)
         tables[INFO] = new_changes(stored, tables[INFO])
     commit_round(
-        root, tables, round_.app_id, round_.number, round_.metadata, ready=ready if kept is None else kept.ready
+        root,
+        tables,
+        round_.app_id,
+        round_.number,
+        round_.metadata,
+        ready=ready if kept is None else kept.ready,
+        fence=fence,
+        round_=round_,
     )
     in_thread(spool.drop, path)
+
+
+def _first_free(root: Root, spool: Spool, app_id: str) -> int:
+    """A number no table and no spooled round of collector ``app_id`` has."""
+    spooled = [
+        int(match.group(1))
+        for path in spool.paths()
+        if (match := re.fullmatch(rf"{re.escape(app_id)}/(\d+)[^/]*", path.split("/", 1)[-1]))
+    ]
+    return max([next_round(root, app_id), *(number + 1 for number in spooled)])
 
 
 def recover(root: Root, spool: Optional[Spool] = None, running: Optional[Running] = None) -> int:
     """Commits every round a stopped collector left in the spool to the tables it is missing
     from; returns how many rounds were finished. With ``running`` (the starting collector's hold
-    on its id), the rounds of collectors that still run are left to them."""
+    on its id), the rounds of collectors that still run are left to them, and its own id's are
+    committed behind its fence. A round whose number a table records for another round (two
+    collectors used one id) is committed under a free number of its collector."""
     spool = spool or Spool(root)
     finished = 0
     for path, round_ in spool.pending():
         if running is not None and running.is_live(round_.app_id):
             continue
+        fence = running.fence if running is not None and round_.app_id == running.app_id else None
         with finishing_commit() as interrupted:
-            commit(root, spool, round_, path)
+            try:
+                commit(root, spool, round_, path, fence=fence)
+            except NumberTaken:
+                renumbered = round_.renumbered(_first_free(root, spool, round_.app_id))
+                new_path = in_thread(spool.put, renumbered)  # spooled under its new number before the old goes
+                in_thread(spool.drop, path)
+                commit(root, spool, renumbered, new_path, fence=fence)
         finished += 1
         if interrupted:
             raise KeyboardInterrupt
     return finished
+
+
+def _before_spooling(round_: Round) -> None:
+    """Called after a collector's check that it still holds its id, right before the round is
+    spooled and committed: tests stall a collector here."""
+
+
+def _not_committed(spool: Spool, round_: Round, path: str, error: HistoryError) -> HistoryError:
+    """What a collector that could not commit its round to every table says: why, and where the
+    round is now."""
+    waiting = in_thread(spool.holds, path)
+    if isinstance(error, NumberTaken):
+        return HistoryError(
+            f"round {round_.number} of the collector {round_.app_id!r} was not committed: {error}; it waits in the "
+            "spool, and the next collect commits it under a free number"
+        )
+    where = (
+        "it waits in the spool, and the next collect commits it"
+        if waiting
+        else "the collector that took over committed it"
+    )
+    return HistoryError(f"{error}: stopped without committing round {round_.number} itself; {where}")
 
 
 class _Schedule:
@@ -333,6 +392,8 @@ def _collect_rounds(
     progress = False  # one bar over the rounds (on_progress), none over each round's requests
     app_id = running.app_id
     spool = Spool(root)
+    if first is None:
+        in_thread(running.fence_tables)  # an id of its own: an earlier holder may still be stalled
     finished = recover(root, spool, running)
     if finished:
         warnings.warn(
@@ -355,9 +416,13 @@ def _collect_rounds(
             frames = client.fetch(ids, markets=markets, progress=progress)
         round_ = round_of_fetch(frames, app_id, number, started, keep_raw=raw, settings=settings)
         in_thread(running.check)  # may renew its lease: a call into obstore
+        _before_spooling(round_)
         with finishing_commit() as interrupted:
             path = in_thread(spool.put, round_)
-            commit(root, spool, round_, path, kept)
+            try:
+                commit(root, spool, round_, path, kept, running.fence)
+            except (TakenOver, NumberTaken) as error:
+                raise _not_committed(spool, round_, path, error) from None
         rounds += 1
         number += 1
         if on_progress is not None:

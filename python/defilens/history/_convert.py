@@ -43,6 +43,7 @@ from .._storage import PathLike, Root, one_line, require
 from ._info import keep_changes_only
 from ._layout import CONVERTING, State, check_tables, state, states
 from ._lock import Busy, compaction_lock
+from ._panics import engine_writes
 from ._root import require_history, root_of
 from ._tables import PARTITION, TABLES, commit, create, frame_schema, load
 
@@ -406,13 +407,14 @@ def convert(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = No
             raise HistoryError(f"{root.url!r} has files that are not a defilens history at {', '.join(foreign)}/")
         old = [name for name, value in found.items() if value is State.OLD_LAYOUT]
         if not old:
-            return _info_changes_only(root)
+            with engine_writes(f"converting {root.url!r}"):
+                return _info_changes_only(root)
         check_tables(root, found)  # a foreign Delta table here stops the conversion before it changes anything
         manifest = {"format": MANIFEST_FORMAT, "tables": _plan(root, old), "checked": {}}
     try:
         # No compaction meanwhile: the vacuum that deletes what interrupted commits left would
         # delete the files a compaction is writing.
-        with compaction_lock(root):
+        with compaction_lock(root), engine_writes(f"converting {root.url!r}"):
             if new:
                 _write_marker(root, manifest)
             return _convert_tables(root, manifest)

@@ -8,6 +8,13 @@ recovering a round after a crash decides again, against a table in which the rou
 not (a table records a round once), so a round's info row is written if and only if it differs
 from what was stored before it. A row is only ever dropped for an identical stored row before it,
 so no collector drops a change another collector's rows do not hold.
+
+Rounds committed out of order can still store one change twice: a later fetch of a revision
+lands first (a change against the row before it), then the revision's first fetch (recovered
+after a crash, or another collector's) is a change too, and the later row no longer is. An
+append cannot take it back, so the table is read through `changes_in`, which drops it: a read
+gives each change once, as `reparse` rebuilds it, and what was in force at any moment is
+unchanged either way.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, List, Optional
 import polars as pl
 
 from .._storage import Root, require
+from ._panics import engine_writes
 from ._tables import FETCHED_AT, PARTITION, frame_schema, load, restore, to_disk
 
 if TYPE_CHECKING:
@@ -43,6 +51,12 @@ def changes_only(frame: pl.DataFrame) -> pl.DataFrame:
     columns = info_columns()
     ordered = frame.with_row_index("_row").sort("token", FETCHED_AT, "_row")
     return ordered.filter(_changed(columns).fill_null(True)).sort("_row").drop("_row")
+
+
+def changes_in(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """The info table's rows (as `restore` gives them) without those equal to the token's row
+    before them: each change once, whatever order the rounds were committed in."""
+    return rows.sort("token", FETCHED_AT).filter(_changed(info_columns()).fill_null(True))
 
 
 def new_changes(table: "Optional[DeltaTable]", frame: pl.DataFrame) -> pl.DataFrame:
@@ -92,7 +106,8 @@ def keep_changes_only(root: Root) -> int:
     if kept.height == rows.height:
         return 0
     properties = deltalake.CommitProperties(custom_metadata={"defilens.operation": "info kept only when it changes"})
-    deltalake.write_deltalake(
-        table, to_disk(kept), mode="overwrite", partition_by=[PARTITION], commit_properties=properties
-    )
+    with engine_writes(f"rewriting {root.path(INFO)!r}"):
+        deltalake.write_deltalake(
+            table, to_disk(kept), mode="overwrite", partition_by=[PARTITION], commit_properties=properties
+        )
     return rows.height - kept.height

@@ -12,6 +12,11 @@ own clock (object timestamps; the store's "now" is the time it gives ``_defilens
 when written), or left by a process of this machine that no longer runs, belongs to a collector
 that is gone. A collector that finds its lease taken over (it stalled longer than
 the lease) stops before its next commit.
+
+No lease stops a collector that stalls between its check and its commit (a paused process, a
+store whose clock jumped): a collector with an id of its own therefore fences every table first
+(`fence_tables`, `_fence`), and commits only from snapshots that show its token, so the rounds
+of a collector that held the id before it land nowhere once it started.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .._exceptions import HistoryError
 from .._storage import Root, one_line, require
+from ._fence import Fence, TakenOver, collector_key, fence_tables
 from ._layout import COLLECTORS
 
 #: How long a collector's lease in object storage lasts without renewal.
@@ -58,13 +64,33 @@ def _in_use(root: Root, app_id: str, detail: str = "") -> HistoryError:
     )
 
 
+def taken_over(app_id: str, why: str) -> TakenOver:
+    return TakenOver(f"the collector id {app_id!r} was taken over by another collector while this one stalled ({why})")
+
+
 class Running:
     """The hold of one collector on its id, for as long as the collector runs."""
 
     def __init__(self, root: Root, app_id: str) -> None:
         self.root = root
         self.app_id = app_id
+        self.holder = _holder()
+        #: The fence every commit of this collector is made behind (`fence_tables`), if any.
+        self.fence: Optional[Fence] = None
         self._live: Dict[str, bool] = {}
+
+    def fence_tables(self) -> None:
+        """Fences every table for this id (`_fence`): from now on no commit lands of a collector
+        that held the id before (stalled past its lease, its process paused), and this one's
+        commits carry the fence. For ids that outlive a run (``collector_id=``): a new random id
+        has no earlier holder."""
+        self.fence = fence_tables(
+            self.root,
+            collector_key(self.app_id),
+            self.holder,
+            self.check,
+            lambda path: taken_over(self.app_id, f"it fenced {path}"),
+        )
 
     def is_live(self, app_id: str) -> bool:
         """Whether another collector ``app_id`` still runs (this one counts as not: its own
@@ -96,6 +122,28 @@ class _LocalRunning(Running):
         fd = self._lock(app_id)
         if fd is None:
             raise _in_use(root, app_id)
+        self._fd = fd
+
+    def check(self) -> None:
+        """A lock file removed while this collector held it (a cleanup of ``_defilens``) let
+        another collector take the id: this one holds it again under a new file when it can,
+        and otherwise stops (`TakenOver`)."""
+        if os.name == "nt":
+            return  # an open file cannot be removed there
+        try:
+            same = os.fstat(self._fd).st_ino == os.stat(self._path(self.app_id)).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return
+        try:
+            os.makedirs(self.folder, exist_ok=True)  # the whole of _defilens removed
+        except OSError as error:
+            raise HistoryError(f"cannot create {self.folder!r}: {error.strerror or error}") from None
+        fd = self._lock(self.app_id)
+        if fd is None:
+            raise taken_over(self.app_id, f"its lock file {self._path(self.app_id)} was removed and taken")
+        os.close(self._fd)
         self._fd = fd
 
     def _path(self, app_id: str) -> str:
@@ -196,7 +244,7 @@ class _LeaseRunning(Running):
         self.errors = require("obstore.exceptions")
         self.store = root.store()
         self.path = f"{COLLECTORS}/{app_id}.lease"
-        self.body = json.dumps({"collector": app_id, "holder": _holder()}).encode()
+        self.body = json.dumps({"collector": app_id, "holder": self.holder}).encode()
         self._now: Optional[tuple[dt.datetime, float]] = None
         self._lock = threading.Lock()
         self._lost = False
@@ -280,10 +328,7 @@ class _LeaseRunning(Running):
         if time.monotonic() - self._renewed > LEASE.total_seconds() / 2:
             self._renew()
         if self._lost:
-            raise HistoryError(
-                f"the collector id {self.app_id!r} was taken over by another collector while this one stalled (its "
-                f"lease was not renewed for {int(LEASE.total_seconds())} s): stopped before the next commit"
-            )
+            raise taken_over(self.app_id, f"its lease was not renewed for {int(LEASE.total_seconds())} s")
 
     def _probe(self, app_id: str) -> bool:
         seen = self._seen(f"{COLLECTORS}/{app_id}.lease")

@@ -17,7 +17,7 @@ taker wins, and its epoch is one more than the last.
 
 No lock can stop a holder that stalled between its last check and its commit (a paused process,
 a long z-order). The fence does: a compaction's first commit to each table sets the table
-property `FENCE` to its token (epoch and holder), a metadata change, and delta-rs refuses any
+property `_fence.COMPACTION` to its token (epoch and holder), a metadata change, and delta-rs refuses any
 commit whose snapshot predates a metadata change that landed since. Every later commit of the
 compaction is made from a snapshot that shows its own token, so a commit planned before a
 successor's fence fails in the engine, and one planned after it is never attempted: the rows
@@ -42,8 +42,6 @@ from ._layout import COMPACTION_CLOCK, COMPACTION_LOCK
 
 #: How long a lease in object storage lasts after its object was last written (store's clock).
 LEASE = dt.timedelta(minutes=10)
-#: The table property each compaction sets first on each table: its epoch and holder.
-FENCE = "defilens.compaction"
 
 
 class Busy(HistoryError):
@@ -73,14 +71,6 @@ def took_over(root: Root) -> LeaseLost:
         f"another compaction of {root.url!r} took over (this one had stalled past its lease); this one stopped "
         "before committing twice, nothing was lost or doubled: run it again"
     )
-
-
-def fence_epoch(value: Optional[str]) -> Optional[int]:
-    """The epoch in a table's `FENCE` property (``"<epoch>:<holder>"``), or None."""
-    try:
-        return int(str(value).split(":", 1)[0]) if value else None
-    except ValueError:
-        return None
 
 
 class Lease:

@@ -1,4 +1,5 @@
-"""Keeping Rust's panic text of a failed write out of what defilens prints.
+"""Keeping Rust's panic text of a failed write out of what defilens prints (`engine_writes`, around
+every Delta write).
 
 When a write fails half way (a full disk), delta-rs's object store can panic on its way out
 (``object_store .../buffered.rs ... Already shut down``, in a tokio task: the write then fails
@@ -6,7 +7,9 @@ with an error, which defilens reports on one line). Rust's default panic hook pr
 file descriptor 2 first, and Python cannot replace that hook. So while a round is committed, fd
 2 goes to a buffer in memory, and what was written there goes on to the real stderr afterwards
 without the panic messages (and their backtraces, with ``RUST_BACKTRACE`` set). Nothing else is
-held back longer than the commit.
+held back longer than the write. A panic in the calling thread reaches Python as pyo3's
+``PanicException`` (a ``BaseException``, which ``except Exception`` lets through):
+`engine_writes` raises it as `HistoryError`, on one line.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import sys
 import tempfile
 import threading
 from typing import Iterator, List, Optional
+
+from .._exceptions import HistoryError
+from .._storage import one_line
 
 #: The first line of a panic in Rust's default hook: ``thread 'x' panicked at file:line:col:``,
 #: or ``thread 'x' (1234) panicked at ...`` since Rust 1.89.
@@ -109,3 +115,21 @@ def quiet_panics() -> Iterator[None]:
                         kept = kept[os.write(2, kept) :]
                     except OSError:
                         break
+
+
+def is_panic(error: BaseException) -> bool:
+    """Whether ``error`` is pyo3's ``PanicException``: a panic inside the engine."""
+    return type(error).__name__ == "PanicException"
+
+
+@contextlib.contextmanager
+def engine_writes(what: str) -> Iterator[None]:
+    """Around a Delta write: Rust's panic text kept off stderr (`quiet_panics`), and a panic
+    raised as `HistoryError` saying ``what`` failed."""
+    with quiet_panics():
+        try:
+            yield
+        except BaseException as error:
+            if is_panic(error):
+                raise HistoryError(f"{what} failed inside delta-rs ({one_line(error)})") from None
+            raise

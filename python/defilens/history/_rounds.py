@@ -6,12 +6,14 @@ raw table, so the three can never disagree.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
+import uuid
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -22,6 +24,8 @@ from ._tables import FETCHED_AT, PARTITION, RAW, UTC_MS, frame_schema
 #: The key of a round's commit info that holds the collector's settings, as JSON (read back by
 #: `defilens.history.settings`).
 SETTINGS_KEY = "defilens.settings"
+#: The key of a round's commit info that holds what tells the round from any other (`Round.uid`).
+ROUND_ID_KEY = "defilens.round_id"
 
 
 @dataclass
@@ -30,7 +34,9 @@ class Round:
     body received, decodable or not), ``log`` (the frames' log), when it started, and whether its
     bodies are kept in the raw table. ``app_id`` and ``number`` name it in every table's commit,
     which also records ``settings``, the collector's (`defilens.history.settings`; None for rounds
-    of earlier versions)."""
+    of earlier versions), and ``uid``, unique to the fetch: two rounds given one number (two
+    collectors that used one id) are told apart by it (None for rounds of earlier versions: their
+    start tells them apart, `same_round`)."""
 
     app_id: str
     number: int
@@ -39,6 +45,18 @@ class Round:
     log: pl.DataFrame
     keep_raw: bool
     settings: Optional[Dict[str, Any]] = None
+    uid: Optional[str] = None
+    #: The number the round had before its own was found taken by another round (`renumbered`).
+    renumbered_from: Optional[int] = None
+
+    @property
+    def numbers(self) -> Tuple[int, ...]:
+        """The numbers a table may record this round under: its own, and the one it had before."""
+        return (self.number,) if self.renumbered_from is None else (self.number, self.renumbered_from)
+
+    def renumbered(self, number: int) -> "Round":
+        """This round under ``number``, its number having been found taken by another round."""
+        return dataclasses.replace(self, number=number, renumbered_from=self.number)
 
     @property
     def metadata(self) -> Dict[str, str]:
@@ -50,7 +68,22 @@ class Round:
         }
         if self.settings is not None:
             metadata[SETTINGS_KEY] = json.dumps(self.settings, sort_keys=True)
+        if self.uid is not None:
+            metadata[ROUND_ID_KEY] = self.uid
         return metadata
+
+    def is_recorded_by(self, info: Mapping[str, Any]) -> bool:
+        """Whether a commit's info (``DeltaTable.history``) is this round's commit: the same
+        collector, number and uid (or start, where either has no uid)."""
+        if info.get("defilens.collector") != self.app_id or info.get("defilens.round") not in {
+            str(number) for number in self.numbers
+        }:
+            return False
+        recorded = info.get(ROUND_ID_KEY)
+        if recorded is not None and self.uid is not None:
+            return bool(recorded == self.uid)
+        start = info.get("defilens.round_start")
+        return start is not None and dt.datetime.fromisoformat(str(start)) == self.started
 
     # -- the spool's format: one zip of two Parquet files and the round's metadata --------------
 
@@ -67,6 +100,8 @@ class Round:
                 "started": self.started.isoformat(),
                 "keep_raw": self.keep_raw,
                 "settings": self.settings,
+                "uid": self.uid,
+                "renumbered_from": self.renumbered_from,
             }
             archive.writestr("round.json", json.dumps(meta))
         return buffer.getvalue()
@@ -83,7 +118,18 @@ class Round:
             settings = meta.get("settings")  # rounds spooled by earlier versions have none
             if settings is not None and not isinstance(settings, dict):
                 raise ValueError(f"settings are {type(settings).__name__}, not an object")
-            return cls(str(meta["app_id"]), int(meta["number"]), started, bodies, log, bool(meta["keep_raw"]), settings)
+            uid, before = meta.get("uid"), meta.get("renumbered_from")
+            return cls(
+                str(meta["app_id"]),
+                int(meta["number"]),
+                started,
+                bodies,
+                log,
+                bool(meta["keep_raw"]),
+                settings,
+                None if uid is None else str(uid),
+                None if before is None else int(before),
+            )
         except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, pl.exceptions.PolarsError) as error:
             raise ValueError(f"not a spooled round ({type(error).__name__}: {error})") from None
 
@@ -97,7 +143,7 @@ def round_of_fetch(
     settings: Optional[Dict[str, Any]] = None,
 ) -> Round:
     """The round a `Client.fetch` gave: every body received (`Frames.bodies`) and the log."""
-    return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw, settings)
+    return Round(app_id, number, started, frames.bodies(), frames.log, keep_raw, settings, uuid.uuid4().hex)
 
 
 def _parse(bodies: pl.DataFrame, endpoint: str) -> Tuple[Dict[str, pl.DataFrame], int]:

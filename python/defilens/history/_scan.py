@@ -18,12 +18,15 @@ import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from urllib.parse import unquote
 
 import polars as pl
 
 from .._exceptions import HistoryError
 from .._names import did_you_mean
 from .._storage import PathLike, Root, one_line, require
+from ._info import INFO, changes_in
+from ._kept import kept_for_reading
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import require_history, root_of
 from ._rounds import empty_table
@@ -103,9 +106,10 @@ READER_ADVICE = "read it with polars or deltalake directly, or give a root that 
 
 
 def load_ours(root: Root, name: str) -> "Optional[DeltaTable]":
-    """The table ``name`` loaded, or None when there is none; a Delta table of another dataset at
-    its path is refused (`check_ours`), never read as if it were the frame."""
-    table = load(root, name)
+    """The table ``name`` at its newest version (kept loaded between reads while nothing is
+    committed to it, `kept_for_reading`), or None when there is none; a Delta table of another
+    dataset at its path is refused (`check_ours`), never read as if it were the frame."""
+    table = kept_for_reading(root, name, lambda: load(root, name))
     if table is not None:
         check_ours(table, name, root.path(name), READER_ADVICE)
     return table
@@ -142,7 +146,7 @@ def scan_table(root: Root, name: str, as_of: AsOf = None, where: "Sequence[pl.Ex
         if type(error).__module__.startswith("deltalake") or "Delta" in type(error).__name__:
             raise HistoryError(f"cannot read {root.path(name)!r}{_when(as_of)}: {one_line(error)}") from None
         raise
-    return lazy
+    return changes_in(lazy) if name == INFO else lazy  # a change stored twice (rounds out of order) reads once
 
 
 # -- time travel ---------------------------------------------------------------------------------
@@ -226,6 +230,63 @@ def oldest_kept(root: Root, name: str, history: List[Commit]) -> Commit:
     raise HistoryError(f"the log of {root.path(name)!r} holds no version that can be loaded")
 
 
+def _data_files(root: Root, name: str) -> "set[str]":
+    """Every data file of the table, by its path within the table (as the log writes it)."""
+    obstore = require("obstore")
+    prefix = f"{name}/"
+    try:
+        listed = [meta["path"] for batch in obstore.list(root.store(), prefix=prefix) for meta in batch]
+    except FileNotFoundError:
+        return set()
+    except Exception as error:  # obstore's errors, OSError
+        raise HistoryError(f"cannot list {root.path(name)!r}: {one_line(error)}") from None
+    return {unquote(path[len(prefix) :]) for path in listed if not path.startswith(f"{prefix}{DELTA_LOG}/")}
+
+
+class _Readable:
+    """Which of a table's kept versions still read: a version reads when every file it refers to
+    is there (vacuum deletes the files of old versions, and a log kept longer than the files lists
+    versions that no longer read). The table's files are listed once."""
+
+    def __init__(self, root: Root, name: str) -> None:
+        self.root, self.name = root, name
+        self.present = _data_files(root, name)
+        self.known: Dict[int, bool] = {}
+
+    def __call__(self, version: int) -> bool:
+        if version not in self.known:
+            try:
+                table = load(self.root, self.name, version)
+            except HistoryError:
+                self.known[version] = False
+            else:
+                paths = [] if table is None else list(table.get_add_actions(flatten=False).column("path").to_pylist())
+                self.known[version] = all(unquote(str(path)) in self.present for path in paths)
+        return self.known[version]
+
+
+def oldest_readable(root: Root, name: str, history: List[Commit], readable: Optional[_Readable] = None) -> Commit:
+    """The oldest kept commit from which on every version reads (`_Readable`). Vacuum deletes the
+    files of the oldest versions first, so the versions that no longer read come first: found by
+    bisection (the empty creation, version 0, reads only when the first round does)."""
+    oldest = oldest_kept(root, name, history)
+    kept = [commit for commit in history if commit.version >= oldest.version]
+    readable = readable or _Readable(root, name)
+    start = 1 if kept[0].version == 0 and len(kept) > 1 else 0  # version 0 stands or falls with version 1
+    if readable(kept[start].version):
+        return kept[0]
+    low, high = start + 1, len(kept) - 1
+    if not readable(kept[high].version):
+        raise HistoryError(f"{root.path(name)!r} refers to files that are gone: its newest version cannot be read")
+    while low < high:
+        middle = (low + high) // 2
+        if readable(kept[middle].version):
+            high = middle
+        else:
+            low = middle + 1
+    return kept[low]
+
+
 def _created(table: "DeltaTable") -> Optional[dt.datetime]:
     created = table.metadata().created_time
     return None if created is None else _moment(created)
@@ -239,12 +300,18 @@ def _is_empty_creation(root: Root, name: str, commit: Commit) -> bool:
     return table is not None and not table.file_uris()
 
 
+#: Why versions before the oldest kept one cannot be read, by what removed them.
+_VACUUMED = "the files of the versions before it were vacuumed after the retention (see defilens.compact)"
+_CLEANED = "compaction removed the versions before it after its retention (see defilens.compact)"
+
+
 def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime, int]) -> "DeltaTable":
     """``table`` at ``as_of`` (a table version, or a moment: the newest version whose commit and
     every commit before it were made at or before it), or `HistoryError` saying how far time
-    travel reaches."""
+    travel reaches: before anything is read, a version whose files are gone included."""
     uri = root.path(name)
     newest = table.version()
+    readable = _Readable(root, name)
     if isinstance(as_of, int):
         if as_of > newest:
             raise HistoryError(f"{uri!r} has no version {as_of}: the newest version is {newest}")
@@ -260,9 +327,17 @@ def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime,
                 "defilens.compact)"
             ) from None
         assert found is not None
+        if not readable(as_of) or (as_of == 0 and newest > 0 and not readable(1)):
+            history = commits(root, name, table)
+            oldest = oldest_readable(root, name, history, readable)
+            raise HistoryError(
+                f"version {as_of} of {uri!r} can no longer be read: time travel reaches back to {_show(oldest.at)} "
+                f"(version {oldest.version}); {_VACUUMED}"
+            )
         return found
     history = commits(root, name, table)
-    oldest = oldest_kept(root, name, history)
+    loadable = oldest_kept(root, name, history)
+    oldest = oldest_readable(root, name, history, readable)
     kept = [commit for commit in history if commit.version >= oldest.version]
     chosen: Optional[Commit] = None
     latest: Optional[dt.datetime] = None
@@ -271,11 +346,15 @@ def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime,
         if latest > as_of:
             break  # a commit after the moment (or one whose clock ran ahead): the versions from here are later
         chosen = commit
-    if chosen is not None and (chosen.version > 0 or len(kept) == 1 or not _is_empty_creation(root, name, chosen)):
+    if (
+        chosen is not None
+        and (chosen.version > 0 or len(kept) == 1 or not _is_empty_creation(root, name, chosen))
+        and readable(chosen.version)
+    ):
         found = load(root, name, chosen.version)
         assert found is not None
         return found
-    # Before the oldest kept version, or at the empty creation before the first round.
+    # Before the oldest readable version, or at the empty creation before the first round.
     first = kept[1] if len(kept) > 1 and _is_empty_creation(root, name, kept[0]) else kept[0]
     created = _created(table)
     if created is not None and as_of < created:
@@ -283,7 +362,7 @@ def travel(root: Root, name: str, table: "DeltaTable", as_of: Union[dt.datetime,
     elif oldest.version == 0:
         why = "no round had been committed to it yet" + (f" (created {_show(created)})" if created else "")
     else:
-        why = "compaction removed the versions before it after its retention (see defilens.compact)" + (
+        why = (_VACUUMED if oldest.version > loadable.version else _CLEANED) + (
             f"; the table was created {_show(created)}" if created else ""
         )
     raise HistoryError(
@@ -369,7 +448,7 @@ def versions(
     table = load_ours(root, name) if found is State.DELTA else None
     if table is not None:
         history = commits(root, name, table)
-        oldest = oldest_kept(root, name, history)
+        oldest = oldest_readable(root, name, history)
         for commit in history:
             if commit.version < oldest.version:
                 continue

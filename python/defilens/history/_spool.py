@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 SUFFIX = ".round"
 
 
-def key(app_id: str, number: int) -> str:
-    return f"{SPOOL}/{app_id}/{number:012d}{SUFFIX}"
+def key(round_: Round) -> str:
+    """Where a round waits: by collector and number, and its uid, so that two rounds given one
+    number (two collectors that used one id) never overwrite each other."""
+    uid = "" if round_.uid is None else f".{round_.uid}"
+    return f"{SPOOL}/{round_.app_id}/{round_.number:012d}{uid}{SUFFIX}"
 
 
 class Spool:
@@ -46,7 +49,7 @@ class Spool:
     def put(self, round_: Round) -> str:
         """Writes the round whole under its key, or raises `HistoryError` having written nothing."""
         obstore = require("obstore")
-        path = key(round_.app_id, round_.number)
+        path = key(round_)
         try:
             obstore.put(self.store, path, round_.to_bytes())
         except Exception as error:  # obstore's errors, OSError
@@ -54,6 +57,16 @@ class Spool:
                 f"could not write the round to the spool at {self.root.url}/{path}: {one_line(error)}"
             ) from None
         return path
+
+    def holds(self, path: str) -> bool:
+        """Whether the entry at ``path`` is still in the spool (a process may have finished it)."""
+        try:
+            require("obstore").head(self.store, path)
+        except FileNotFoundError:
+            return False
+        except Exception:  # obstore's errors, OSError: unknown, said to be there
+            return True
+        return True
 
     def drop(self, path: str) -> None:
         obstore = require("obstore")

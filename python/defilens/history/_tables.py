@@ -9,11 +9,12 @@ table is read, so `scan` gives the frames' own dtypes back.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Protocol, Tuple
 
 import polars as pl
 
@@ -22,10 +23,12 @@ from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, interval_restored
 from .._storage import Root, one_line, require
-from ._panics import quiet_panics
+from ._panics import engine_writes, quiet_panics
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+    from ._fence import Fence
 
 #: The table of response bodies that ``collect(raw=True)`` keeps beside the frames.
 RAW = "raw"
@@ -163,9 +166,14 @@ def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
     """Appends ``frame`` to the Delta table at ``name`` under ``root`` (created by the first
     append, with the history's table properties). For tables beside the history, such as the
     audit's; a round is committed to the history's own tables by `commit_round`."""
-    require("deltalake").write_deltalake(
-        root.path(name), to_disk(frame), mode="append", storage_options=root.options(), configuration=TABLE_PROPERTIES
-    )
+    with engine_writes(f"appending to {root.path(name)!r}"):
+        require("deltalake").write_deltalake(
+            root.path(name),
+            to_disk(frame),
+            mode="append",
+            storage_options=root.options(),
+            configuration=TABLE_PROPERTIES,
+        )
 
 
 def _vanished(error: BaseException) -> bool:
@@ -259,6 +267,41 @@ def check_ours(table: "DeltaTable", name: str, uri: str, advice: str = WRITER_AD
         _OURS.add(key)
 
 
+class Recorded(Protocol):
+    """What tells a round's commit from any other: the numbers it may be recorded under (its own,
+    and the one it had before it was renumbered) and whether a commit's info is its."""
+
+    @property
+    def numbers(self) -> Tuple[int, ...]: ...
+
+    def is_recorded_by(self, info: Mapping[str, Any]) -> bool: ...
+
+
+class NumberTaken(HistoryError):
+    """The round's number is recorded in a table for another round of the same collector id (two
+    collectors used one id): the round was not committed there."""
+
+
+def _already_there(table: "DeltaTable", app_id: str, done: int, round_: Recorded) -> Optional[bool]:
+    """Whether the table's log records ``round_`` itself (True), another round under its number
+    (False), or cannot tell, the commits of that time being cleaned from the log (None)."""
+    wanted = {str(number) for number in round_.numbers if number <= done}
+    lowest = min(round_.numbers)
+    reaches_back = False
+    for info in sorted(table.history(), key=lambda entry: -int(entry.get("version", 0))):
+        if int(info.get("version", 0)) == 0:
+            reaches_back = True  # the whole log, from the table's creation
+        if info.get("defilens.collector") != app_id:
+            continue
+        if info.get("defilens.round") in wanted and round_.is_recorded_by(info):
+            return True
+        with contextlib.suppress(TypeError, ValueError):
+            if int(str(info.get("defilens.round"))) < lowest:
+                reaches_back = True
+                break
+    return False if reaches_back else None
+
+
 def commit(
     root: Root,
     name: str,
@@ -267,6 +310,9 @@ def commit(
     version: int,
     metadata: Mapping[str, str],
     table: "Optional[DeltaTable]" = None,
+    *,
+    fence: "Optional[Fence]" = None,
+    round_: Optional[Recorded] = None,
 ) -> bool:
     """Appends ``frame`` to the table ``name`` as round ``version`` of the collector ``app_id``,
     unless that round is already there. Returns whether it was appended now.
@@ -276,6 +322,11 @@ def commit(
     at once conflict in delta-rs, so exactly one of them lands. Appends of other collectors
     never conflict with it. A commit that keeps conflicting is tried again after a growing wait.
     ``table`` is the table as `commit_round` loaded and checked it, for the first try.
+
+    With ``round_``, a round skipped as already there must be that very round (`Recorded`): a
+    number the table records for another round raises `NumberTaken`. With ``fence``, the commit
+    is made from a snapshot that shows the fence's token (`_fence.Fence.admit`), so a writer that
+    lost its right to commit (`_fence.TakenOver`) commits nothing.
     """
     deltalake = require("deltalake")
     data = to_disk(frame)
@@ -285,8 +336,19 @@ def commit(
         if table is None:
             table = load(root, name) or create(root, name, data)
         check_ours(table, name, uri)
+        if fence is not None:
+            table = fence.admit(name, table)
         done = table.transaction_version(app_id)
-        if done is not None and done >= version:
+        if round_ is not None and done is not None and done >= min(round_.numbers):
+            there = _already_there(table, app_id, done, round_)
+            if there or (there is None and done >= version):
+                return False  # this round (or, past what the log keeps, a round of this number)
+            if done >= version:
+                raise NumberTaken(
+                    f"{uri!r} records round {version} of the collector {app_id!r} for another round: two collectors "
+                    "used this id"
+                )
+        elif done is not None and done >= version:
             return False
         properties = deltalake.CommitProperties(
             app_transactions=[deltalake.Transaction(app_id, version)], custom_metadata=dict(metadata)
@@ -332,16 +394,17 @@ def create(root: Root, name: str, like: pl.DataFrame) -> "DeltaTable":
     deltalake = require("deltalake")
     uri = root.path(name)
     try:
-        deltalake.write_deltalake(
-            uri,
-            like.head(0),
-            mode="error",
-            partition_by=[PARTITION],
-            name=marker(name),
-            description=DESCRIPTION,
-            configuration=TABLE_PROPERTIES,
-            storage_options=root.options(),
-        )
+        with engine_writes(f"creating {uri!r}"):
+            deltalake.write_deltalake(
+                uri,
+                like.head(0),
+                mode="error",
+                partition_by=[PARTITION],
+                name=marker(name),
+                description=DESCRIPTION,
+                configuration=TABLE_PROPERTIES,
+                storage_options=root.options(),
+            )
     except (OSError, deltalake.exceptions.DeltaError) as error:
         table = load(root, name)
         if table is None:
@@ -375,13 +438,16 @@ def commit_round(
     version: int,
     metadata: Mapping[str, str],
     ready: "Callable[[Root, str], Optional[DeltaTable]]" = loaded_and_ours,
+    *,
+    fence: "Optional[Fence]" = None,
+    round_: Optional[Recorded] = None,
 ) -> Dict[str, bool]:
     """Commits one round to each of its tables at once (a commit waits mostly on storage), one
     commit a table. Empty frames are not committed: there is nothing of the round to lose.
     Every table is loaded and checked by ``ready`` (collect gives `_layout.ready`, which also
     refuses foreign files and unwritable tables) before the first commit, so a table that is not
-    ours stops the round before any table has it. Raises the first failure once every commit has
-    finished."""
+    ours stops the round before any table has it. ``fence`` and ``round_``: as `commit` takes
+    them. Raises the first failure once every commit has finished."""
     work = {name: frame for name, frame in tables.items() if frame.height}
     if not work:
         return {}
@@ -392,7 +458,9 @@ def commit_round(
             _wait_all(checks.values())
             loaded = {name: future.result() for name, future in checks.items()}  # the first refusal, if any
             futures = {
-                name: pool.submit(commit, root, name, frame, app_id, version, metadata, loaded[name])
+                name: pool.submit(
+                    commit, root, name, frame, app_id, version, metadata, loaded[name], fence=fence, round_=round_
+                )
                 for name, frame in work.items()
             }
             _wait_all(futures.values())

@@ -113,11 +113,11 @@ def asof(
         plan = _snapshot_asof(root, scope, moments, before)
     elif scope.frame == "patterns":
         plan = _patterns_asof(root, scope, moments, before)
+    elif not lazy:
+        found = _values_asof_near(root, scope, moments, before)
+        return found if universe is None else within(found, universe, "at")
     else:
         plan = _values_asof(root, scope, moments, before)
-        if not lazy:
-            found = _values_asof_near(root, scope, moments, before)
-            return found if universe is None else within(found, universe, "at")
     answer = plan if lazy else _collect(plan)
     return answer if universe is None else within(answer, universe, "at")
 

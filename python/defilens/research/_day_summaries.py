@@ -44,9 +44,13 @@ SUMMARIES = ("spans", "gaps", "stale", "candles", "fetches", "blind")
 DAYS = "days"
 #: The tables a day's fingerprint covers: everything the summaries are made of.
 SOURCES = ("ta_updated", "indicators")
-#: How many indicator rows one pass over the history reads at most (a day of 5-minute rounds
-#: for 200 tokens is about 2.6 million): bounds memory, and is what a crash can cost.
-BATCH_ROWS = 10_000_000
+#: How many indicator rows one pass over the history reads at most (a day of 15-minute rounds
+#: for 150 tokens is about 650,000; a larger day is read alone): bounds memory. At 10 million a
+#: pass, the audit of ten such days read them in one pass and peaked at 1.7 GB.
+BATCH_ROWS = 1_000_000
+#: How many indicator rows' summaries are kept at once (one append to each summary table): what a
+#: crash can cost, and a commit each table for every so many rows.
+KEEP_ROWS = 10_000_000
 
 UTC_MS = pl.Datetime("ms", "UTC")
 
@@ -329,14 +333,28 @@ def day_summaries(root: Root, *, cache: bool, progress: Optional[bool]) -> Dict[
     audit_id = uuid.uuid4().hex
     keeping = cache
     done = 0
+    # Summarized and not kept yet: kept every `KEEP_ROWS` rows' worth of days, and at the end.
+    pending: Dict[str, List[pl.DataFrame]] = {name: [] for name in parts}
+    pending_days: List[dt.date] = []
+    pending_rows = 0
+    groups = batches(todo)
     with progress_callback(progress, todo.height, "audit: summarizing days", unit="days") as on_progress:
-        for dates in batches(todo):
+        for number, dates in enumerate(groups):
             summaries = summarize(sources, dates)
             for name, frame in summaries.items():
                 parts[name].append(frame)
-            if keeping:
+                if keeping:
+                    pending[name].append(frame)
+            pending_days.extend(dates)
+            pending_rows += int(todo.filter(pl.col("date").is_in(dates))["rows"].sum())
+            if keeping and (pending_rows >= KEEP_ROWS or number == len(groups) - 1):
                 try:
-                    keep(root, audit_id, todo.filter(pl.col("date").is_in(dates)), summaries)
+                    keep(
+                        root,
+                        audit_id,
+                        todo.filter(pl.col("date").is_in(pending_days)),
+                        {name: pl.concat(frames) for name, frames in pending.items()},
+                    )
                 except Exception as error:  # a read-only bucket, a full disk: the audit itself is still right
                     warnings.warn(
                         f"the audit's day summaries could not be kept under {root.path(AUDIT_CACHE)!r} "
@@ -345,6 +363,8 @@ def day_summaries(root: Root, *, cache: bool, progress: Optional[bool]) -> Dict[
                         stacklevel=stacklevel_outside(),
                     )
                     keeping = False
+                pending = {name: [] for name in parts}
+                pending_days, pending_rows = [], 0
             done += len(dates)
             if on_progress is not None:
                 on_progress(done, todo.height)
