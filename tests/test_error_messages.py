@@ -325,6 +325,17 @@ def test_a_failing_command_leaves_no_folder_behind(tmp_path: Path, monkeypatch: 
     assert sorted(os.listdir(tmp_path)) == []
 
 
+def test_a_bad_setting_is_named_before_a_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEFILENS_API_KEY", raising=False)
+    monkeypatch.delenv("DEFILENS_BASE_URL", raising=False)
+    with pytest.raises(TypeError, match="timeout"):
+        defilens.Client(timeout="30")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency"):
+        defilens.AsyncClient(concurrency=0)
+    with pytest.raises(defilens.DefiLensError, match="no API key"):
+        defilens.Client()
+
+
 def test_the_command_line_prints_no_traceback_end_to_end(roots: Dict[str, Path]) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "defilens", "audit", str(roots["foreign"]), "--no-cache"],

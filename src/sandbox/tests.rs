@@ -568,3 +568,18 @@ fn a_typo_is_one_slip_of_the_fingers() {
         assert!(super::lists(slug), "{slug}");
     }
 }
+
+#[test]
+fn a_client_reads_and_follows_the_clock_a_sandbox_reports() {
+    let timeout = std::time::Duration::from_secs(10);
+    let standing = start(still());
+    let followed = runtime().block_on(crate::client::sandbox_clock_at(&standing.url(), timeout)).expect("a clock");
+    assert_eq!((followed.speed(), crate::client::clock::Clock::now_ms(&followed)), (0.0, NOW));
+    let running = start(SandboxConfig { clock: ClockConfig { start_ms: Some(NOW), speed: Some(600.0) }, ..still() });
+    let followed = runtime().block_on(crate::client::sandbox_clock_at(&running.url(), timeout)).expect("a clock");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (ours, theirs) = (crate::client::clock::Clock::now_ms(&followed), running.now_ms());
+    // 600x: a millisecond of real time is 0.6 s of the clock's; they agree within a few.
+    assert!(ours.abs_diff(theirs) < 3_000, "followed {ours}, the Sandbox's {theirs}");
+    assert!(runtime().block_on(crate::client::sandbox_clock_at("http://127.0.0.1:9", timeout)).is_err());
+}
