@@ -605,10 +605,10 @@ def failures(frames: Frames) -> str:
         by_kind = errors.group_by("kind").agg(pl.len().alias("n")).sort("kind")
         kinds = ", ".join(f"{k} {n}" for k, n in by_kind.iter_rows())
         lines.append(f"failures by kind: {kinds}")
-        for row in errors.head(5).iter_rows(named=True):
-            lines.append(f"  {row['token']} ({row['endpoint']}): {row['message']}")
-        if errors.height > 5:
-            lines.append(f"  ... {errors.height - 5} more in frames.errors (errors.parquet with --out)")
+        said = _said_once(errors)
+        lines.extend(f"  {message}" for message in said[:5])
+        if len(said) > 5:
+            lines.append(f"  ... {len(said) - 5} more in frames.errors (errors.parquet with --out)")
     # Notes from the data, not from the log's wording: a markets list shorter than its `total`,
     # and a body that named another token than the one asked for.
     sent = frames.markets.group_by("token").agg(pl.len().alias("sent"))
@@ -628,6 +628,18 @@ def failures(frames: Frames) -> str:
     return "\n".join(lines)
 
 
+def _said_once(errors: pl.DataFrame) -> "list[str]":
+    """The failures' messages (each names its token and endpoint), a token's endpoints that failed
+    alike said once: ``not found ... for token "x" (listing, markets): HTTP 404``."""
+    said: "dict[tuple[str, str], list[str]]" = {}
+    for row in errors.iter_rows(named=True):
+        endpoint = f"({row['endpoint']})"
+        # The message as it would read for any endpoint, to tell failures alike.
+        alike = (row["token"], str(row["message"]).replace(endpoint, "(\x00)", 1))
+        said.setdefault(alike, []).append(row["endpoint"])
+    return [message.replace("\x00", ", ".join(endpoints), 1) for (_, message), endpoints in said.items()]
+
+
 def _fetch(args: argparse.Namespace) -> int:
     if args.out:
         _writable_folder(args.out)
@@ -639,11 +651,14 @@ def _fetch(args: argparse.Namespace) -> int:
     failed = failures(frames)
     if failed:
         print(failed, file=sys.stderr)
+    if frames.snapshot.height == 0:
+        # Exit 1, and as every failed command, no folder: empty frames would read as a fetch that worked.
+        if args.out:
+            print(f"no token was fetched: nothing written to {args.out}", file=sys.stderr)
+        return EXIT_FAILURE
     if args.out:
         folder = frames.write(args.out, format=args.format)
         print(f"wrote {len(list(frames.items()))} frames to {folder}/ ({args.format})")
-    if frames.snapshot.height == 0:
-        return EXIT_FAILURE
     if args.strict and frames.errors.height:
         return EXIT_PARTIAL
     return 0
