@@ -222,3 +222,15 @@ def test_the_sandbox_s_clock_options_need_the_sandbox(capsys: pytest.CaptureFixt
     assert "--clock sandbox" in capsys.readouterr().err
     assert main(["fetch", "bitcoin", "--sandbox", "--now", "2026-01-05T00:00:00Z", "--no-markets"]) == 0
     assert "fetched 1 of 1 token" in capsys.readouterr().out
+
+
+def test_asof_on_a_wall_clock_history_of_a_simulated_sandbox_says_how_to_collect_on_its_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The newcomer's history: `defilens collect --base-url URL` of a simulated Sandbox, on the
+    wall clock. asof at a market time is refused, with advice for the command line too."""
+    with Sandbox(now=START) as sandbox:
+        argv = ["collect", "bitcoin", "--every", "1s", "--count", "1", "--no-markets", "--base-url", sandbox.url]
+        assert main([*argv, "--out", str(tmp_path / "h")]) == 0, capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"before the history's first fetch.*collect --sandbox --now.*--clock sandbox"):
+        defilens.asof(tmp_path / "h", START + dt.timedelta(hours=1))

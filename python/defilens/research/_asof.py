@@ -150,8 +150,9 @@ def _check_clock(root: Any, scope: Scope, moments: pl.DataFrame) -> None:
     if latest < first:
         raise ValueError(
             f"every decision time (the latest {latest}) is before the history's first fetch ({first}): nothing was "
-            "knowable then. Is at on the history's clock? A history collected from a Sandbox on a simulated clock "
-            "(Client(clock=sandbox)) is stamped in simulated time"
+            "knowable then. Is at on the history's clock? A history of a Sandbox on a simulated clock is stamped in "
+            "its time only when collected on it: Client(base_url=sandbox) in Python, collect --sandbox --now T on "
+            "the command line, or --base-url URL --clock sandbox against a `defilens sandbox`"
         )
     if latest - last > STALE_AFTER:
         clock = " (is at on the history's clock?)" if earliest > last else ""
