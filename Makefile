@@ -12,6 +12,7 @@ $(PY):
 	$(VENV)/bin/pip install --quiet --upgrade pip
 
 # The package with its test (and history) extras, built once; `make develop` rebuilds only the extension.
+# Not the spark extra (pyspark, 0.5 GB): tests/test_spark.py is skipped without it; .ci/run installs it.
 $(VENV)/.installed-test: $(PY) pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $@

@@ -25,9 +25,9 @@ else:
     # A simulated clock standing at a fixed time, so this notebook shows the same market on
     # every run; without `now=` the Sandbox's market moves with the wall clock.
     sandbox = defilens.testing.Sandbox(seed=42, now="2026-11-20T12:00:00Z")
-    client = defilens.Client(base_url=sandbox.url)
+    client = defilens.Client(base_url=sandbox)  # the Sandbox itself: `fetched_at` is on its clock too
 # (The client is not displayed: its URL has a free port, different on every run. The figures and
-# tables below are the same on every run, but for `fetched_at`, the moment of the fetch.)"""
+# tables below are the same on every run.)"""
 
 NOTEBOOKS = {
     "01_quickstart.ipynb": [
@@ -61,10 +61,10 @@ NOTEBOOKS = {
             'frames.markets.sort("volume_usd", descending=True).head(5).select("exchange_name", "market_pair", "base", "quote", "price", "volume_usd", "liquidity_score")'
         ),
         new_markdown_cell(
-            "## `log` and `errors`\n\nEvery HTTP exchange is logged: attempts, status, elapsed time, the markets `total`. `fetch` never raises for one token; failures land in `errors` with a `kind`."
+            "## `log` and `errors`\n\nEvery HTTP exchange is logged: attempts, status, the markets `total`, and `elapsed_ms` (how long it took). `fetch` never raises for one token; failures land in `errors` with a `kind`."
         ),
         new_code_cell(
-            'batch = client.fetch(["bitcoin", "ethereum", "unknown-coin"])\nbatch.log.select("token", "endpoint", "ok", "status", "kind", "attempts", "elapsed_ms")'
+            'batch = client.fetch(["bitcoin", "ethereum", "unknown-coin"])\nbatch.log.select("token", "endpoint", "ok", "status", "kind", "attempts", "total")'
         ),
         new_code_cell('batch.errors.select("token", "endpoint", "kind", "message")'),
         new_code_cell('# anything the frames leave out is in the raw JSON\nsorted(batch.raw[0]["data"])[:10]'),

@@ -30,9 +30,10 @@ mod test_random;
 mod python;
 
 pub use batch::{FetchOutcome, Job, RawStore};
+pub use client::clock::RunningClock;
 pub use client::disk_cache::read_folder as read_cache_folder;
 pub use client::retry::{parse_retry_after, RetryPolicy};
-pub use client::{validate_token_id, ClientConfig, HttpClient, Settings};
+pub use client::{sandbox_clock_at, validate_token_id, ClientConfig, HttpClient, Settings};
 pub use error::{Error, Result};
 pub use frames::buffer_bytes::buffer_bytes;
 pub use frames::{empty_frames, ListingFrames, FRAME_NAMES};

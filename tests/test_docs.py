@@ -3,11 +3,12 @@
 
 A page's blocks run in order, in one fresh namespace with nothing imported (blocks of a page may
 build on each other, as a reader pastes them one after the other into one session): ``python``
-blocks are executed, ``sql`` blocks run in DuckDB with the delta extension loaded from the file the
-``duckdb-extension-delta`` package ships (as docs/history.md says to, offline), ``bash`` blocks
-run in bash with ``defilens`` on the PATH. They run in an empty folder where a short history
-(`collect` of two rounds, with ``raw``) has been written to ``history/``, as the pages' ``defilens
-collect ... --out history/`` would, with ``DEFILENS_BASE_URL`` pointing at a Sandbox.
+blocks are executed, ``sql`` blocks run in DuckDB (in one connection a page, with a home folder of its own: nothing is
+loaded or installed but what the page's blocks load and install, offline), ``bash`` blocks run in
+bash with ``defilens`` on the PATH. They run in an empty folder, with ``DEFILENS_BASE_URL``
+pointing at a Sandbox: a page creates what it reads. Only a page whose own ``defilens collect
+... --out history/`` cannot run here (it collects until stopped) gets a short history (`collect`
+of two rounds, with ``raw``) in ``history/`` first (`GIVEN_A_HISTORY`).
 
 A block that cannot run here (it builds the package for twenty minutes, collects until stopped,
 needs a bucket or a Spark session) carries a marker comment on the line before it, with the reason,
@@ -22,7 +23,6 @@ are found by pytest-codeblocks's own reader (fences of any length, indented fenc
 from __future__ import annotations
 
 import doctest
-import glob
 import importlib
 import inspect
 import os
@@ -46,6 +46,8 @@ from defilens.testing import Sandbox
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+#: The pages that read a ``history/`` their own blocks cannot make, and the block that would.
+GIVEN_A_HISTORY = {"history.md": "its first block, `defilens collect ... --out history/`, collects until stopped"}
 #: The languages a block may be written in: each is run (or, marked, checked) by the test.
 LANGUAGES = ("python", "sql", "bash")
 NOT_RUN = re.compile(r"""pytest\.mark\.skip\(reason=(?P<q>["'])(?P<reason>.+)(?P=q)\)""")
@@ -79,17 +81,6 @@ def blocks(page: Path) -> List[Block]:
         language = (block.syntax or "").strip()
         found.append(Block(page.name, block.lineno, language, block.code, reasons[0] if reasons else None))
     return [block for block in found if block.language]
-
-
-def delta_extension() -> str:
-    """The delta extension's file in the duckdb-extension-delta package, found as docs/history.md says."""
-    import duckdb_extension_delta
-
-    found = glob.glob(
-        os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "**", "*.duckdb_extension"), recursive=True
-    )
-    assert len(found) == 1, found
-    return found[0]
 
 
 def _replay_fixture(started: "List[Sandbox]"):
@@ -140,11 +131,15 @@ def test_the_blocks_of_a_page_run_as_pasted(page: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     # `defilens` and `python` on the PATH of the shell blocks: this interpreter's.
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    # A home of its own: DuckDB finds no extension a page did not install itself (~/.duckdb).
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with Sandbox() as sandbox:
         # The examples are written for the real service; the environment points them here.
         monkeypatch.setenv("DEFILENS_BASE_URL", sandbox.url)
-        # What `defilens collect ... --out history/` before the pages' history examples does.
-        defilens.Client().collect(["bitcoin", "ethereum"], "0.1s", count=2, out="history/", raw=True)
+        if page.name in GIVEN_A_HISTORY:
+            # What the page's `defilens collect ... --out history/` would have made by now.
+            defilens.Client().collect(["bitcoin", "ethereum"], "0.1s", count=2, out="history/", raw=True)
         namespace: "Dict[str, object]" = {"__name__": "__main__"}
         database: "Optional[duckdb.DuckDBPyConnection]" = None
         for block in blocks(page):
@@ -154,8 +149,8 @@ def test_the_blocks_of_a_page_run_as_pasted(page: Path, monkeypatch: pytest.Monk
                 exec(compile(block.code, block.where, "exec"), namespace)
             elif block.language == "sql":
                 if database is None:
-                    database = duckdb.connect()
-                    database.execute(f"LOAD '{delta_extension()}'")
+                    # Never a download: offline, an extension the page did not install is an error.
+                    database = duckdb.connect(config={"autoinstall_known_extensions": False})
                 database.execute(block.code).fetchall()
             else:
                 done = subprocess.run(
@@ -183,6 +178,17 @@ def test_the_blocks_are_found() -> None:
     assert len([block for block in run if block.page == "README.md" and block.language == "python"]) >= 3
     assert {block.language for block in run} == set(LANGUAGES), "every language has a block that runs"
     assert len(run) >= 20 and len(found) - len(run) < len(run), (len(run), len(found))
+
+
+@pytest.mark.parametrize(
+    ("page", "heading"), [(ROOT / "docs" / "index.md", "## Where to go next"), (README, "## Documentation")]
+)
+def test_the_guides_list_every_page(page: Path, heading: str) -> None:
+    """docs/index.md's "Where to go next" and the README's "Documentation" link every page of docs/."""
+    section = page.read_text().split(heading, 1)[1].split("\n## ", 1)[0]
+    linked = {Path(target).name for target in re.findall(r"\]\(([^)#]+\.md)", section)}
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert not pages - linked, f"{page.name} {heading!r} does not link {sorted(pages - linked)}"
 
 
 def test_a_marker_reaches_the_block_after_it(tmp_path: Path) -> None:

@@ -325,6 +325,33 @@ def test_a_failing_command_leaves_no_folder_behind(tmp_path: Path, monkeypatch: 
     assert sorted(os.listdir(tmp_path)) == []
 
 
+def test_a_fetch_that_got_nothing_leaves_no_folder_and_says_404_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """docs/cli.md: a failed command leaves no folder. A 404 is one line a token, not the raw body
+    once per endpoint."""
+    out = tmp_path / "newdir"
+    assert main(["fetch", "unknown-x", "--sandbox", "--out", str(out)]) == 1
+    assert not out.exists(), sorted(p.name for p in out.iterdir())
+    err = capsys.readouterr().err
+    assert err.count("unknown-x") == 1 and "404" in err, err
+    assert '{"error"' not in err and "body:" not in err, err
+    # A fetch that got something still writes everything, the failures included.
+    assert main(["fetch", "bitcoin", "unknown-x", "--sandbox", "--out", str(out)]) == 0
+    assert (out / "errors.parquet").exists() and pl.read_parquet(out / "errors.parquet").height == 2
+
+
+def test_a_bad_setting_is_named_before_a_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEFILENS_API_KEY", raising=False)
+    monkeypatch.delenv("DEFILENS_BASE_URL", raising=False)
+    with pytest.raises(TypeError, match="timeout"):
+        defilens.Client(timeout="30")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency"):
+        defilens.AsyncClient(concurrency=0)
+    with pytest.raises(defilens.DefiLensError, match="no API key"):
+        defilens.Client()
+
+
 def test_the_command_line_prints_no_traceback_end_to_end(roots: Dict[str, Path]) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "defilens", "audit", str(roots["foreign"]), "--no-cache"],

@@ -228,7 +228,7 @@ def test_bad_scopes_and_moments_say_what_is_wrong(history: Path) -> None:
 
 def test_tokens_the_history_does_not_hold_are_named(history: Path) -> None:
     at = defilens.scan(history, "snapshot").select(pl.col("fetched_at").max()).collect().item()
-    with pytest.raises(ValueError, match="no ta_updated rows for bitcoinn"):
+    with pytest.raises(ValueError, match="no indicators rows for bitcoinn"):
         defilens.asof(history, at, tokens="bitcoinn")
     with pytest.warns(defilens.DefiLensWarning, match=r"no snapshot rows for 1 of the tokens asked for \(etherum\)"):
         rows = defilens.asof(history, at, frame="snapshot", tokens=["bitcoin", "etherum"])

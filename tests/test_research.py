@@ -77,6 +77,20 @@ def test_panel_is_lazy_and_pushes_filters_into_the_scans(history: Path) -> None:
     assert any("bitcoin" in line for line in lines[join:]), plan
 
 
+def test_panel_names_the_tokens_the_history_lacks_as_asof_does(history: Path) -> None:
+    # A mistyped token gave an empty panel without a word.
+    with pytest.warns(defilens.DefiLensWarning, match=r"no indicators rows for 1 of the tokens asked for \(etherum\)"):
+        rows = defilens.panel(history, tokens=["bitcoin", "etherum"]).collect()
+    assert rows["token"].unique().to_list() == ["bitcoin"]
+    with pytest.warns(defilens.DefiLensWarning, match=r"has no snapshot rows for etherum in this scope: check the"):
+        assert defilens.panel(history, "snapshot", tokens="etherum").collect().is_empty()
+    with pytest.warns(defilens.DefiLensWarning, match=r"has no signals rows for etherum, etherium in this scope"):
+        defilens.panel(history, "signals", tokens=["etherum", "etherium"])
+    # asof, which reads at once, refuses a scope with none of them (as before).
+    with pytest.raises(ValueError, match=r"has no indicators rows for etherum in this scope"):
+        defilens.asof(history, dt.datetime(2026, 1, 5, 12, tzinfo=UTC), tokens="etherum")
+
+
 def test_asof_never_gives_a_value_before_it_was_seen(history: Path) -> None:
     panel = defilens.panel(history).collect()
     first = panel["first_seen_at"].min()
@@ -207,6 +221,27 @@ def test_ta_expressions_match_ta_lib_on_random_walks() -> None:
     assert out.filter(pl.col("token") == "b")["sma5"].to_list()[:5] == [None, None, None, None, 32.0]
 
 
+def test_ta_takes_a_column_name_as_polars_functions_do() -> None:
+    closes = pl.DataFrame({"close": [float(i % 7 + i) for i in range(60)]})
+    by_name = closes.select(
+        defilens.ta.rsi("close", 14).alias("rsi"),
+        defilens.ta.sma("close", 5).alias("sma"),
+        defilens.ta.bbands("close").alias("bands"),
+        defilens.ta.macd("close").alias("macd"),
+    )
+    by_expression = closes.select(
+        defilens.ta.rsi(pl.col("close"), 14).alias("rsi"),
+        defilens.ta.sma(pl.col("close"), 5).alias("sma"),
+        defilens.ta.bbands(pl.col("close")).alias("bands"),
+        defilens.ta.macd(pl.col("close")).alias("macd"),
+    )
+    assert by_name.equals(by_expression) and by_name["rsi"].drop_nulls().len() == 46
+    with pytest.raises(
+        TypeError, match=r"ta\.sma: expr must be a column name \(e\.g\. \"close\"\) or a polars expression, got int"
+    ):
+        defilens.ta.sma(5, 20)  # type: ignore[arg-type]
+
+
 def test_a_null_close_gives_nulls_and_the_indicator_starts_again_after_it() -> None:
     # A gap cannot be computed through: every window holding it is null, and the indicator starts
     # again on the closes after it, as it would on a series that began there. Never an error, and
@@ -289,6 +324,24 @@ def test_verify_agrees_with_the_sandbox_and_catches_a_skewed_value() -> None:
     )
     with pytest.raises(ValueError, match=r"1 closes that are not prices \(bitcoin 5m at .*: nan\)"):
         defilens.verify(frames.indicators, nan)
+
+
+def test_verify_s_hint_makes_one_row_a_series_of_a_panel_and_of_a_history(history: Path) -> None:
+    """The fix the error suggests, pasted as it reads, works on what was given: a panel has no
+    ``fetched_at``, a history's rows no ``candle_close``."""
+    with Sandbox(now="2026-01-05T19:02:00Z", seed=4) as sandbox:  # the history's last round
+        candles = sandbox.candles("bitcoin", "1h").with_columns(token=pl.lit("bitcoin"), interval=pl.lit("1h"))
+    bitcoin_1h = [pl.col("token") == "bitcoin", pl.col("interval") == "1h"]
+    for given in (
+        defilens.panel(history, tokens="bitcoin", intervals="1h").collect(),
+        defilens.scan(history, "indicators").filter(*bitcoin_1h).collect(),
+    ):
+        with pytest.raises(ValueError, match="one row a series") as raised:
+            defilens.verify(given, candles)
+        hint = str(raised.value).rsplit(": ", 1)[1]
+        latest = eval(hint, {"indicators": given, "pl": pl})
+        checked = defilens.verify(latest, candles)
+        assert checked.height == 9 and checked["ok"].all(), (hint, checked)
 
 
 def test_every_indicator_family_is_known_served_computed_and_verified() -> None:

@@ -1,6 +1,7 @@
 """Reparsing on an engine past one machine: Spark's mapInArrow over the raw table's files, with
 pyspark in local mode (its own jars; delta-spark's cannot be fetched offline, so the raw table's
-current files come from deltalake)."""
+current files come from deltalake). pyspark is the `spark` extra, not the `test` one (a 456 MB
+wheel built from its sdist): without it these tests are skipped, saying so; .ci/run installs it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from polars.testing import assert_frame_equal
 import defilens
 from defilens.history import reparse_arrow, spark_schema
 from defilens.testing import Sandbox
+
+pytest.importorskip(
+    "pyspark", reason="pyspark is not installed: pip install -e '.[test,spark]' runs these (.ci/run does)"
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),  # pyspark on pandas 3

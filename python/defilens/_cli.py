@@ -78,8 +78,25 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="run against a built-in local fake of the service (no key, no network)",
         )
+        p.add_argument(
+            "--now",
+            help="with --sandbox: start its clock at this time (ISO 8601, e.g. 2026-01-01T00:00:00Z) and stamp "
+            "everything with it; it stands still (collect moves it from round to round) unless --speed is given",
+        )
+        p.add_argument(
+            "--speed",
+            type=float,
+            help="with --sandbox: run its clock this many times faster than real time (e.g. 60)",
+        )
         p.add_argument("--api-key", help=f"API key (default: ${API_KEY_ENV}); never printed")
         p.add_argument("--base-url", help=f"service URL (default: ${BASE_URL_ENV} or {DEFAULTS['base_url']})")
+        p.add_argument(
+            "--clock",
+            choices=("wall", "sandbox"),
+            default="wall",
+            help="whose time fetched_at is: the wall clock (default), or sandbox: the clock of the `defilens sandbox` "
+            "serving --base-url (started with --now or --speed), read from it once and followed",
+        )
         p.add_argument(
             "--timeout",
             type=float,
@@ -452,16 +469,32 @@ def _client(args: argparse.Namespace) -> Iterator[Client]:
         cache_ttl=args.cache_ttl,
         cache_dir=args.cache_dir,
     )
+    clock = {name: value for name, value in (("now", args.now), ("speed", args.speed)) if value is not None}
     if args.sandbox:
         given = [flag for flag, value in (("--base-url", args.base_url), ("--api-key", args.api_key)) if value]
         if given:
             # The built-in Sandbox has its own URL and needs no key: either flag would be ignored.
             raise ValueError(f"--sandbox runs against the built-in Sandbox; drop {' and '.join(given)} (or --sandbox)")
-        with Sandbox() as sandbox:
-            yield Client(base_url=sandbox.url, api_key="sandbox", **settings)
+        if args.clock == "sandbox":
+            raise ValueError(
+                "--clock sandbox follows a `defilens sandbox` at --base-url; the built-in Sandbox's clock is used "
+                "with --now or --speed: drop --clock"
+            )
+        # Given the Sandbox itself, the client stamps its time when it is simulated (--now, --speed).
+        with Sandbox(**clock) as sandbox:
+            yield Client(base_url=sandbox, api_key="sandbox", **settings)
     else:
+        if clock:
+            flags = " and ".join(f"--{name}" for name in clock)
+            raise ValueError(
+                f"{flags} set the built-in Sandbox's clock: add --sandbox (to follow a running `defilens sandbox`, "
+                "give --base-url URL --clock sandbox)"
+            )
         api_key = args.api_key or os.environ.get(API_KEY_ENV)
-        yield Client(api_key=api_key, base_url=args.base_url, **settings)
+        if args.clock == "sandbox":
+            yield Client(api_key=api_key, base_url=args.base_url, clock="sandbox", **settings)
+        else:
+            yield Client(api_key=api_key, base_url=args.base_url, **settings)
 
 
 def _format_number(value: object, digits: int = 2) -> str:
@@ -572,10 +605,10 @@ def failures(frames: Frames) -> str:
         by_kind = errors.group_by("kind").agg(pl.len().alias("n")).sort("kind")
         kinds = ", ".join(f"{k} {n}" for k, n in by_kind.iter_rows())
         lines.append(f"failures by kind: {kinds}")
-        for row in errors.head(5).iter_rows(named=True):
-            lines.append(f"  {row['token']} ({row['endpoint']}): {row['message']}")
-        if errors.height > 5:
-            lines.append(f"  ... {errors.height - 5} more in frames.errors (errors.parquet with --out)")
+        said = _said_once(errors)
+        lines.extend(f"  {message}" for message in said[:5])
+        if len(said) > 5:
+            lines.append(f"  ... {len(said) - 5} more in frames.errors (errors.parquet with --out)")
     # Notes from the data, not from the log's wording: a markets list shorter than its `total`,
     # and a body that named another token than the one asked for.
     sent = frames.markets.group_by("token").agg(pl.len().alias("sent"))
@@ -595,6 +628,18 @@ def failures(frames: Frames) -> str:
     return "\n".join(lines)
 
 
+def _said_once(errors: pl.DataFrame) -> "list[str]":
+    """The failures' messages (each names its token and endpoint), a token's endpoints that failed
+    alike said once: ``not found ... for token "x" (listing, markets): HTTP 404``."""
+    said: "dict[tuple[str, str], list[str]]" = {}
+    for row in errors.iter_rows(named=True):
+        endpoint = f"({row['endpoint']})"
+        # The message as it would read for any endpoint, to tell failures alike.
+        alike = (row["token"], str(row["message"]).replace(endpoint, "(\x00)", 1))
+        said.setdefault(alike, []).append(row["endpoint"])
+    return [message.replace("\x00", ", ".join(endpoints), 1) for (_, message), endpoints in said.items()]
+
+
 def _fetch(args: argparse.Namespace) -> int:
     if args.out:
         _writable_folder(args.out)
@@ -606,11 +651,14 @@ def _fetch(args: argparse.Namespace) -> int:
     failed = failures(frames)
     if failed:
         print(failed, file=sys.stderr)
+    if frames.snapshot.height == 0:
+        # Exit 1, and as every failed command, no folder: empty frames would read as a fetch that worked.
+        if args.out:
+            print(f"no token was fetched: nothing written to {args.out}", file=sys.stderr)
+        return EXIT_FAILURE
     if args.out:
         folder = frames.write(args.out, format=args.format)
         print(f"wrote {len(list(frames.items()))} frames to {folder}/ ({args.format})")
-    if frames.snapshot.height == 0:
-        return EXIT_FAILURE
     if args.strict and frames.errors.height:
         return EXIT_PARTIAL
     return 0
@@ -625,13 +673,14 @@ def _collect(args: argparse.Namespace) -> int:
     prepare_root(args.out, options)
     rounds_done = 0
     last_day: "list[object]" = [None]
+    clock: "list[Callable[[], dt.datetime]]" = []  # the client's, once it is made
 
     def report(round_number: int, frames: Frames) -> None:
         nonlocal rounds_done
         rounds_done = round_number
         if args.audit:
-            # Each time a day (UTC) closes, the summary of the history so far.
-            today = dt.datetime.now(dt.timezone.utc).date()
+            # Each time a day (UTC) closes on the client's clock, the summary of the history so far.
+            today = clock[0]().date()
             if last_day[0] is not None and today != last_day[0]:
                 print(f"-- audit as {last_day[0]} closed --\n{audit(args.out, storage_options=options)}", flush=True)
             last_day[0] = today
@@ -647,6 +696,7 @@ def _collect(args: argparse.Namespace) -> int:
             )
 
     with _client(args) as client:
+        clock.append(client.now)
         try:
             collect(
                 client,
@@ -803,6 +853,12 @@ def _sandbox(args: argparse.Namespace) -> int:
             if clock:
                 clock += f" running {args.speed:g}x; " if args.speed else " standing still; "
             print(f"serving the DeFi Lens sandbox at {sandbox.url} ({clock}Ctrl-C to stop)", flush=True)
+            if simulated and args.replay is None:
+                print(
+                    f"a history on its clock: defilens collect TOKEN... --every 5m --out DIR --base-url {sandbox.url} "
+                    "--clock sandbox",
+                    flush=True,
+                )
             while True:
                 _waiting.sleep(3600)
         except KeyboardInterrupt:

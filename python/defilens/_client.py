@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import warnings
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -51,6 +51,25 @@ def _check_token_type(token_id: object) -> None:
         raise TypeError(f"token ids must be str, got {type(token_id).__name__}: {token_id!r}")
 
 
+class _SandboxElsewhere:
+    """The clock source of a client that follows a Sandbox in another process (``clock="sandbox"``):
+    what `collect` asks of one (its speed), and a clear refusal to move a clock it does not own."""
+
+    #: `collect` cannot move this clock; asked to, it raises why.
+    movable = False
+
+    def __init__(self, url: str, speed: Optional[float]) -> None:
+        self.url = url
+        self.speed = speed
+
+    def advance(self, step: object) -> None:
+        raise ValueError(
+            f"the Sandbox at {self.url} stands still (started with --now and no --speed), and a collector cannot "
+            "move the clock of another process's Sandbox: start it with --speed (e.g. 60), or collect from a "
+            "Sandbox of its own (defilens collect --sandbox --now ..., or Client(base_url=sandbox) in Python)"
+        )
+
+
 class _BaseClient:
     """What `Client` and `AsyncClient` share: settings, repr, lifetime."""
 
@@ -70,33 +89,24 @@ class _BaseClient:
         proxy: Optional[str] = None,
         max_response_bytes: int = DEFAULTS["max_response_bytes"],
         backoff: Tuple[float, float] = DEFAULTS["backoff"],
-        clock: "Optional[_core.Sandbox]" = None,
+        clock: "Union[_core.Sandbox, Literal['sandbox'], None]" = None,
     ) -> None:
         if clock is None and isinstance(base_url, _core.Sandbox) and base_url.speed is not None:
             clock = base_url  # the Sandbox itself was given: its simulated time is the one time
         if isinstance(base_url, _core.Sandbox):
             base_url = base_url.url
-        if clock is not None and not isinstance(clock, _core.Sandbox):
+        follow = isinstance(clock, str) and clock == "sandbox"
+        sandbox = clock if isinstance(clock, _core.Sandbox) else None
+        if clock is not None and not follow and sandbox is None:
             raise TypeError(
-                f"clock must be a defilens.testing.Sandbox (whose clock the client then stamps fetched_at with) or "
-                f"None for the wall clock, got {type(clock).__name__}"
+                f"clock must be a defilens.testing.Sandbox (whose clock the client then stamps fetched_at with), "
+                f"'sandbox' (the clock of the Sandbox serving base_url, e.g. a `defilens sandbox` in another process) "
+                f"or None for the wall clock, got {clock!r}"
             )
-        self._clock_source = clock
         base_url = _core.check_base_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-        if not api_key and not _is_loopback(base_url):
-            raise DefiLensError(
-                f"no API key: pass api_key=... (--api-key on the command line) or set the {API_KEY_ENV} environment "
-                "variable"
-            )
-        if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
-            warnings.warn(
-                f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
-                RuntimeWarning,
-                stacklevel=stacklevel_outside(),
-            )
         # Every setting is checked in Rust (types and ranges), before anything is sent.
-        self._engine = _core.Engine(
+        settings: "dict[str, Any]" = dict(
             base_url=base_url,
             api_key=api_key or None,
             timeout=timeout,
@@ -108,8 +118,27 @@ class _BaseClient:
             proxy=proxy,
             max_response_bytes=max_response_bytes,
             backoff=backoff,
+        )
+        if not api_key and not _is_loopback(base_url):
+            _core.Engine(**settings)  # a bad setting is named first; this engine makes no folder and sends nothing
+            raise DefiLensError(
+                f"no API key: pass api_key=... (--api-key on the command line) or set the {API_KEY_ENV} environment "
+                "variable"
+            )
+        self._engine = _core.Engine(
+            **settings,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            clock=None if clock is None else clock._clock(),
+            clock=None if sandbox is None else sandbox._clock(),
+            follow_sandbox_clock=follow,
+        )
+        if urlsplit(base_url).scheme == "http" and not _is_loopback(base_url) and api_key:
+            warnings.warn(
+                f"base_url {base_url!r} uses plain http: the API key travels unencrypted",
+                RuntimeWarning,
+                stacklevel=stacklevel_outside(),
+            )
+        self._clock_source: "Union[_core.Sandbox, _SandboxElsewhere, None]" = (
+            _SandboxElsewhere(base_url, self._engine.followed_clock_speed) if follow else sandbox
         )
         self._settings = {
             "base_url": base_url,
@@ -223,8 +252,10 @@ class Client(_BaseClient):
         clock: a `testing.Sandbox` whose clock stamps ``fetched_at`` (and a `collect`'s rounds
             and ``date`` partitions), so a history of a Sandbox on a simulated clock is on one
             clock. Given ``base_url=sandbox`` (the Sandbox itself, not its URL), a client takes its
-            clock unless told otherwise. Default: the wall clock; a client never takes its time
-            from a server's ``Date`` header.
+            clock unless told otherwise. ``"sandbox"``: the clock of the Sandbox serving
+            ``base_url`` in another process (``defilens sandbox --now T --speed 60``), read from
+            it once, when the client is made, and followed at its speed. Default: the wall clock;
+            a client never takes its time from a server's ``Date`` header.
 
     Examples:
         >>> with defilens.testing.Sandbox() as sandbox, defilens.Client(base_url=sandbox.url) as client:

@@ -117,8 +117,14 @@ class Engine:
         backoff: Tuple[float, float],
         cache_dir: Optional[str] = None,
         clock: Optional[BoundClock] = None,
+        follow_sandbox_clock: bool = False,
     ) -> Engine:
-        """Checks every setting (TypeError / ValueError naming it) and makes the client."""
+        """Checks every setting (TypeError / ValueError naming it) and makes the client;
+        ``follow_sandbox_clock`` then reads the clock of the Sandbox serving ``base_url`` (one
+        request; ValueError when it reports none) and stamps ``fetched_at`` with it."""
+    @property
+    def followed_clock_speed(self) -> Optional[float]:
+        """With ``follow_sandbox_clock``: the followed clock's speed (0: it stands still)."""
     def now_ms(self) -> int:
         """The time on the client's clock (the wall clock unless bound), in ms since the epoch."""
     def start(self, token_ids: Sequence[str], *, listing: bool, markets: bool) -> FetchJob:

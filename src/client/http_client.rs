@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::backoff_gauge::BackoffGauge;
 use super::cache::ResponseCache;
+use super::clock::{parse_sandbox_clock_header, RunningClock, SANDBOX_CLOCK_HEADER};
 use super::config::ClientConfig;
 use super::disk_cache::DiskCache;
 use super::limiter::{RateHeaders, RateLimiter};
@@ -299,9 +300,20 @@ fn body_excerpt(body: &[u8]) -> String {
 }
 
 fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoint) -> Error {
+    let is_timeout = error.is_timeout();
+    let message = transport_message(error);
+    let token = token.to_string();
+    if is_timeout {
+        Error::Timeout { token, endpoint, message: format!("no complete response within the timeout ({message})") }
+    } else {
+        Error::Connection { token, endpoint, message }
+    }
+}
+
+/// What went wrong with a request that got no response, and where it went.
+fn transport_message(error: reqwest::Error) -> String {
     // reqwest's message names the URL, which holds no secret (the key is a header); the causes
     // below it say what actually went wrong.
-    let is_timeout = error.is_timeout();
     let url = error.url().map(|url| redact_url_credentials(url.as_str()));
     let mut message = String::new();
     let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&error);
@@ -319,12 +331,39 @@ fn classify_transport_error(error: reqwest::Error, token: &str, endpoint: Endpoi
     if let Some(url) = url {
         message = format!("{message} (GET {url})");
     }
-    let token = token.to_string();
-    if is_timeout {
-        Error::Timeout { token, endpoint, message: format!("no complete response within the timeout ({message})") }
-    } else {
-        Error::Connection { token, endpoint, message }
-    }
+    message
+}
+
+/// The clock of the Sandbox serving `base_url` (in another process: `defilens sandbox`), read
+/// from the `x-sandbox-clock` header of one request (it answers every path with it), for a client
+/// asked to follow it. Half the request's round trip is added at the clock's speed: the header
+/// was written about then.
+pub async fn sandbox_clock_at(base_url: &str, timeout: Duration) -> Result<RunningClock, Error> {
+    let invalid = |message: String| Error::InvalidArgument(message);
+    let shown = redact_url_credentials(base_url);
+    let url = reqwest::Url::parse(base_url).map_err(|_| invalid(format!("{shown:?} is not a URL")))?;
+    let pool = if is_loopback_url(&url) { &*LOOPBACK_CLIENT } else { &*SHARED_CLIENT };
+    let http = pool.clone().map_err(|e| Error::Internal(format!("could not build the HTTP client: {e}")))?;
+    let sent = Instant::now();
+    let response = http.get(url).timeout(timeout).send().await.map_err(|error| {
+        invalid(format!(
+            "could not read the clock of a Sandbox at {shown} (clock=\"sandbox\", --clock sandbox): {}",
+            transport_message(error)
+        ))
+    })?;
+    let half_trip_ms = sent.elapsed().as_secs_f64() * 500.0;
+    let (now_ms, speed) = response
+        .headers()
+        .get(SANDBOX_CLOCK_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(parse_sandbox_clock_header)
+        .ok_or_else(|| {
+            invalid(format!(
+                "{shown} does not report a clock, so clock=\"sandbox\" (--clock sandbox) cannot follow it: only a \
+                 defilens Sandbox does (in its {SANDBOX_CLOCK_HEADER} header)"
+            ))
+        })?;
+    Ok(RunningClock::new(now_ms + (half_trip_ms * speed) as i64, speed))
 }
 
 #[cfg(test)]

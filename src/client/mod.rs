@@ -13,5 +13,5 @@ pub mod url;
 
 pub use backoff_gauge::BackoffGauge;
 pub use config::{ClientConfig, Settings};
-pub use http_client::{Exchange, HttpClient};
+pub use http_client::{sandbox_clock_at, Exchange, HttpClient};
 pub use url::validate_token_id;

@@ -128,10 +128,12 @@ impl fmt::Display for Error {
                 if let Some(seconds) = retry_after {
                     write!(f, ", retry after {seconds}s")?;
                 }
-                if !body.is_empty() {
-                    write!(f, ": {body}")?;
+                let hint = StatusClass::of(*status).meaning().hint;
+                match service_says(body) {
+                    // The service's "not found" after our "not found (no such token)" says nothing more.
+                    Some(said) if !hint.to_lowercase().starts_with(&said.to_lowercase()) => write!(f, ": {said}"),
+                    _ => Ok(()),
                 }
-                Ok(())
             }
             Error::Timeout { token, endpoint, message } => {
                 write!(f, "timed out fetching token {:?} ({}): {message}", token, endpoint.as_str())
@@ -159,6 +161,23 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// What an error body says, for a message: the text of a JSON object's `error`, `message` or
+/// `detail` (`{"error": "not found (did you mean ethereum?)"}` says the part after the colon), or
+/// the excerpt as it came when it is something else; `None` for an empty one. `APIError.body`
+/// keeps the excerpt itself.
+fn service_says(body: &str) -> Option<String> {
+    let body = body.trim();
+    if body.is_empty() {
+        return None;
+    }
+    let said = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|value| {
+        ["error", "message", "detail"]
+            .iter()
+            .find_map(|key| value.get(key)?.as_str().map(|text| text.trim().to_string()))
+    });
+    Some(said.unwrap_or_else(|| body.to_string())).filter(|text| !text.is_empty())
+}
 
 #[cfg(test)]
 mod tests {
@@ -192,5 +211,30 @@ mod tests {
             decode.to_string(),
             "could not decode the markets response for token \"eth\" at field \"price\" (byte 12): bad"
         );
+    }
+
+    #[test]
+    fn an_error_body_is_said_in_words_not_as_json() {
+        let not_found = |body: &str| {
+            Error::Api {
+                status: 404,
+                token: "etherum".into(),
+                endpoint: Endpoint::Listing,
+                body: body.into(),
+                retry_after: None,
+                key_sent: true,
+            }
+            .to_string()
+        };
+        let plain = "not found (no such token) for token \"etherum\" (listing): HTTP 404";
+        assert_eq!(not_found(r#"{"error": "not found"}"#), plain);
+        assert_eq!(not_found(""), plain);
+        assert_eq!(
+            not_found(r#"{"error": "not found (did you mean ethereum?)"}"#),
+            format!("{plain}: not found (did you mean ethereum?)")
+        );
+        assert_eq!(not_found(r#"{"message": "no such coin"}"#), format!("{plain}: no such coin"));
+        assert_eq!(not_found("<html>gone</html>"), format!("{plain}: <html>gone</html>"));
+        assert_eq!(not_found(r#"{"code": 7}"#), format!("{plain}: {{\"code\": 7}}"));
     }
 }

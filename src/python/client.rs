@@ -13,9 +13,10 @@ use super::arguments::{integer, number, optional, type_name};
 use super::errors::exception_for;
 use crate::batch::{FetchOutcome, Job, RawStore};
 use crate::client::clock::SharedClock;
-use crate::client::{validate_token_id, ClientConfig, HttpClient, Settings};
+use crate::client::{sandbox_clock_at, validate_token_id, ClientConfig, HttpClient, Settings};
 use crate::frames::{self, ListingFrames};
 use crate::model::Endpoint;
+use crate::runtime::runtime;
 
 /// How often a blocked call wakes up to check for Ctrl-C and draw progress.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
@@ -87,6 +88,8 @@ impl BoundClock {
 #[pyclass(frozen, module = "defilens._core")]
 pub struct Engine {
     client: Arc<HttpClient>,
+    /// The speed of the Sandbox clock the engine follows (`follow_sandbox_clock`), else None.
+    followed_clock_speed: Option<f64>,
 }
 
 #[pymethods]
@@ -94,9 +97,10 @@ impl Engine {
     /// Settings arrive as the user gave them (environment variables already resolved); their
     /// types are checked here and their values by `ClientConfig::new`.
     #[new]
-    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff, cache_dir=None, clock=None))]
+    #[pyo3(signature = (*, base_url, api_key, timeout, max_retries, concurrency, rate_limit, cache_ttl, cache_max_bytes, proxy, max_response_bytes, backoff, cache_dir=None, clock=None, follow_sandbox_clock=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         base_url: String,
         api_key: Option<String>,
         timeout: &Bound<'_, PyAny>,
@@ -110,6 +114,7 @@ impl Engine {
         backoff: &Bound<'_, PyAny>,
         cache_dir: Option<std::path::PathBuf>,
         clock: Option<PyRef<'_, BoundClock>>,
+        follow_sandbox_clock: bool,
     ) -> PyResult<Self> {
         let backoff: (Bound<'_, PyAny>, Bound<'_, PyAny>) = backoff.extract().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -143,8 +148,24 @@ impl Engine {
             backoff: Some((number("backoff", &backoff.0)?, number("backoff", &backoff.1)?)),
             clock: clock.map_or_else(SharedClock::wall, |bound| bound.clock.clone()),
         };
-        let client = HttpClient::new(ClientConfig::new(settings)?)?;
-        Ok(Engine { client: Arc::new(client) })
+        let mut config = ClientConfig::new(settings)?;
+        // Only once every setting is checked: a bad one is named before anything is sent.
+        let mut followed_clock_speed = None;
+        if follow_sandbox_clock {
+            let (base_url, timeout) = (config.base_url.clone(), config.timeout);
+            let followed = py.detach(|| runtime().block_on(sandbox_clock_at(&base_url, timeout)))?;
+            followed_clock_speed = Some(followed.speed());
+            config.clock = SharedClock::bound(Arc::new(followed));
+        }
+        let client = HttpClient::new(config)?;
+        Ok(Engine { client: Arc::new(client), followed_clock_speed })
+    }
+
+    /// With `follow_sandbox_clock`: the followed clock's speed (simulated seconds a real second;
+    /// 0 when it stands still). None otherwise.
+    #[getter]
+    fn followed_clock_speed(&self) -> Option<f64> {
+        self.followed_clock_speed
     }
 
     /// The time on the client's clock (the wall clock unless it was bound), in ms since the epoch.

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 
 use super::precise_timer;
 use super::responses::{decide, Delivery, Reply, Shared};
+use crate::client::clock::SANDBOX_CLOCK_HEADER;
 
 /// Longest request head accepted (hyper answers 431 beyond); real clients send a few hundred
 /// bytes.
@@ -103,11 +104,16 @@ async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     discard(request.into_body()).await;
     precise_timer::sleep_until(arrived + shared.config.latency).await;
     let mut answer = response(reply, keep_alive)?;
+    let now_ms = shared.clock.now_ms();
     if shared.clock.is_simulated() {
         // The `Date` a server sends is its own clock's: a simulated one's here (hyper would send
         // the wall clock's).
-        answer.headers_mut().insert(DATE, http_date(shared.clock.now_ms()));
+        answer.headers_mut().insert(DATE, http_date(now_ms));
     }
+    // The clock to the millisecond, with its speed, for a client asked to follow it (a `Date`
+    // has whole seconds and no speed).
+    let clock = format!("now_ms={now_ms}, speed={}", shared.clock.speed());
+    answer.headers_mut().insert(SANDBOX_CLOCK_HEADER, HeaderValue::from_str(&clock).expect("digits and ASCII"));
     Ok(answer)
 }
 

@@ -217,6 +217,10 @@ class _Schedule:
     def __init__(self, client: "Client", every: float) -> None:
         self.every = every
         self.sandbox = getattr(client, "_clock_source", None)
+        if self.sandbox is not None and self.sandbox.speed == 0 and not getattr(self.sandbox, "movable", True):
+            # A still clock the collector cannot move (another process's Sandbox) says why now,
+            # before a round is written.
+            self.sandbox.advance(every)
         self.client = client
         self.origin = time.monotonic() if self.sandbox is None else client.now()
         self.tick = 0

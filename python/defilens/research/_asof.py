@@ -15,7 +15,7 @@ from .._stack import stacklevel_outside
 from .._storage import PathLike
 from ..history import State, open_for_reading, scan_table, state
 from ._membership import within
-from ._panel import _CLOSE, closes, panel_of
+from ._panel import _CLOSE, closes, fetches_table, name_absent_tokens, panel_of
 from ._scope import CATALOGUE, Names, Scope, candle_times, scope_of
 
 UTC_MS = pl.Datetime("ms", "UTC")
@@ -135,26 +135,14 @@ def _check_has(root: Any, scope: Scope) -> None:
 def _check_clock(root: Any, scope: Scope, moments: pl.DataFrame) -> None:
     """Says so when the decision times cannot be on the history's clock, or the scope names
     tokens the history does not hold: never an empty answer without a word."""
-    table = "snapshot" if scope.frame == "snapshot" else "ta_updated"
+    table = fetches_table(scope)
     spans = (
         scan_table(root, table, where=scope.filters(table))
         .group_by("token")
         .agg(pl.col("fetched_at").min().alias("first"), pl.col("fetched_at").max().alias("last"))
         .collect()
     )
-    if scope.tokens is not None:
-        absent = [token for token in scope.tokens if token not in set(spans["token"].to_list())]
-        if len(absent) == len(scope.tokens):
-            raise ValueError(
-                f"the history at {root.url!r} has no {table} rows for {', '.join(absent[:5])}"
-                f"{' (and more)' if len(absent) > 5 else ''} in this scope: check the token ids and intervals"
-            )
-        if absent:
-            warnings.warn(
-                f"the history has no {table} rows for {len(absent)} of the tokens asked for ({', '.join(absent[:5])})",
-                DefiLensWarning,
-                stacklevel=stacklevel_outside(),
-            )
+    name_absent_tokens(root, scope, spans["token"].to_list(), strict=True)
     if not spans.height:
         return  # an empty history: nothing in it, nothing to say about clocks
     first, last = spans.select(pl.col("first").min()).item(), spans.select(pl.col("last").max()).item()
@@ -162,8 +150,9 @@ def _check_clock(root: Any, scope: Scope, moments: pl.DataFrame) -> None:
     if latest < first:
         raise ValueError(
             f"every decision time (the latest {latest}) is before the history's first fetch ({first}): nothing was "
-            "knowable then. Is at on the history's clock? A history collected from a Sandbox on a simulated clock "
-            "(Client(clock=sandbox)) is stamped in simulated time"
+            "knowable then. Is at on the history's clock? A history of a Sandbox on a simulated clock is stamped in "
+            "its time only when collected on it: Client(base_url=sandbox) in Python, collect --sandbox --now T on "
+            "the command line, or --base-url URL --clock sandbox against a `defilens sandbox`"
         )
     if latest - last > STALE_AFTER:
         clock = " (is at on the history's clock?)" if earliest > last else ""

@@ -9,10 +9,13 @@ candle's time."""
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence
+import warnings
+from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 import polars as pl
 
+from .._exceptions import DefiLensWarning
+from .._stack import stacklevel_outside
 from .._storage import PathLike
 from ..history import open_for_reading, scan_table
 from ._membership import within
@@ -88,12 +91,44 @@ def panel(
         frame, tokens=tokens, intervals=intervals, indicators=indicators, families=families, columns=columns
     )
     root = open_for_reading(source, storage_options)
+    if scope.tokens is not None:
+        table = fetches_table(scope)
+        held = scan_table(root, table, where=scope.filters(table)).select("token").unique().collect()
+        name_absent_tokens(root, scope, held["token"].to_list(), strict=False)
     found = panel_of(root, scope)
     if universe is None:
         return found
     kept = within(found, universe, "fetched_at" if scope.frame == "snapshot" else "first_seen_at")
     assert isinstance(kept, pl.LazyFrame)
     return kept
+
+
+def fetches_table(scope: Scope) -> str:
+    """The table whose rows say which tokens a read of ``scope`` has fetches of."""
+    return "snapshot" if scope.frame == "snapshot" else "ta_updated"
+
+
+def name_absent_tokens(root: Any, scope: Scope, held: Iterable[str], *, strict: bool) -> None:
+    """Never an empty answer without a word: names the tokens of the scope that the history
+    holds no rows of (a mistyped id, a token never collected). When it holds none of them, a
+    `ValueError` if ``strict``, else a warning."""
+    if scope.tokens is None:
+        return
+    found = set(held)
+    absent = [token for token in scope.tokens if token not in found]
+    if not absent:
+        return
+    names = f"{', '.join(absent[:5])}{' (and more)' if len(absent) > 5 else ''}"
+    if len(absent) < len(scope.tokens):
+        message = f"the history has no {scope.frame} rows for {len(absent)} of the tokens asked for ({names})"
+    else:
+        message = (
+            f"the history at {root.url!r} has no {scope.frame} rows for {names} in this scope: check the token ids and "
+            "intervals"
+        )
+        if strict:
+            raise ValueError(message)
+    warnings.warn(message, DefiLensWarning, stacklevel=stacklevel_outside())
 
 
 def panel_of(root: Any, scope: Scope, before: Sequence[pl.Expr] = ()) -> pl.LazyFrame:

@@ -98,11 +98,17 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
     )
     if repeated.height:
         token, interval, indicator, n = repeated.sort("token", "interval", "indicator").row(0)
+        # The latest row a series, by the time the rows have: a panel's candle, a history's fetch.
+        by = next((column for column in ("candle_close", "fetched_at") if column in indicators.columns), None)
+        latest = (
+            f"indicators.sort({by!r}).group_by('token', 'interval', 'indicator').last()"
+            if by
+            else "one row a (token, interval, indicator), the one of the last candle"
+        )
         raise ValueError(
             f"indicators has {n} values of {token} {interval} {indicator} ({repeated.height} series repeat): verify "
             "compares one value a series with the last of the candles, so a history's or a panel's rows would all "
-            "be compared with that one candle; give one row a series, e.g. the latest: "
-            "indicators.sort('fetched_at').group_by('token', 'interval', 'indicator').last()"
+            f"be compared with that one candle; give one row a series, e.g. the latest: {latest}"
         )
     textual = indicators.schema["value"] in (pl.String, pl.Categorical)
     families = TEXTS if textual else NUMBERS
