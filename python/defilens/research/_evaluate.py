@@ -137,6 +137,15 @@ class Evaluation:
             f"{_p(best['p_holm'])} after {horizons}{tries}{note}"
         )
 
+    def _headline(self) -> str:
+        """The verdict in a few words (a plot's title): its finding and the p it rests on."""
+        finding = self.verdict.split(":")[0].split(" (")[0]
+        p = self.p_tries if self.p_tries is not None else self.p_value
+        if p is None:
+            return finding
+        after = f"after Holm and {self.tries} signals tried" if self.tries and self.tries > 1 else "after Holm"
+        return f"{finding} (p {_p(p)} {after})"
+
     def __str__(self) -> str:
         lines = [
             f"evaluation of {self.signal!r} as {'a score' if self.kind == 'score' else 'an event'}: "
@@ -224,7 +233,7 @@ class Evaluation:
             right.set_xlabel("quantile")
             right.set_ylabel("mean excess return (%)")
             right.legend(title="horizon", fontsize=8)
-        figure.suptitle(f"{self.signal}: {self.verdict.split(':')[0]}", fontsize=10)
+        figure.suptitle(f"{self.signal}: {self._headline()}", fontsize=10)
         figure.tight_layout()
         return figure
 
