@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import polars as pl
@@ -17,6 +17,7 @@ from .._duration import format_duration
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
 from .._storage import PathLike
+from ._episodes import entered, episode_gap_of, episode_table, episodes_of
 from ._inference import ALPHA, MIN_DF, Inference, ewc_test, holm, t_critical
 from ._journal import fingerprint, record
 
@@ -58,6 +59,8 @@ class Evaluation:
     - ``quantiles``: mean forward and excess return per score quantile and horizon (scores only);
     - ``events``: per horizon and ``event`` (true/false), count, hit rate, mean return and mean
       excess (events only);
+    - ``episodes``: per episode (a token's events within ``episode_gap`` of each other), its
+      ``episode`` number, ``token``, ``start``, ``end`` and ``events`` (events only);
     - ``missing``: labels left out, per horizon and reason.
 
     ``p_value`` is the smallest p over the horizons after Holm's correction; ``tries`` the
@@ -77,6 +80,8 @@ class Evaluation:
     tokens: int
     left_out: int
     tries: Optional[int] = None
+    episodes: pl.DataFrame = field(default_factory=pl.DataFrame)
+    episode_gap: Optional[dt.timedelta] = None
 
     @property
     def p_value(self) -> Optional[float]:
@@ -124,9 +129,14 @@ class Evaluation:
         )
         value = best["mean_ic"] if self.kind == "score" else best["event_excess"]
         sign = "positive" if value is not None and value > 0 else "negative"
+        episodes = (
+            f"; over its {best['episodes']:,} episodes t {_num(best['episode_t'], '+.2f')}, p {_p(best['episode_p'])}"
+            if self.kind == "event"
+            else ""
+        )
         finding = (
             f"{sign} {what} at {_horizon(best['horizon'])} (t {best['t']:+.2f}, {best['df']} df, p {_p(best['p_value'])}; "
-            f"{_p(best['p_holm'])} after {horizons}{tries})"
+            f"{_p(best['p_holm'])} after {horizons}{tries}{episodes})"
         )
         if self.significant:
             return f"{finding}: test it on data it was not chosen on{note}"
@@ -159,16 +169,22 @@ class Evaluation:
                 )
         else:
             lines.append(
-                f"{'horizon':>8} {'events':>7} {'windows':>7} {'hit':>5} {'all hit':>7} {'mean':>8} {'all mean':>8} "
-                f"{'excess':>8} {'t':>6} {'df':>3} {'p':>6} {'p Holm':>6}"
+                f"{'horizon':>8} {'events':>7} {'episodes':>8} {'windows':>7} {'hit':>5} {'all hit':>7} {'mean':>8} "
+                f"{'all mean':>8} {'excess':>8} {'t':>6} {'df':>3} {'p':>6} {'p Holm':>6} {'ep. t':>6} {'ep. p':>6}"
             )
             for r in self.summary.to_dicts():
                 lines.append(
-                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {_windows(r['windows']):>7} "
+                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {r['episodes']:>8,} {_windows(r['windows']):>7} "
                     f"{_pct(r['event_hit_rate']):>5} {_pct(r['all_hit_rate']):>7} {_pct(r['event_mean'], 2):>8} "
                     f"{_pct(r['all_mean'], 2):>8} {_pct(r['event_excess'], 2):>8} {_num(r['t'], '+.2f'):>6} "
-                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6}"
+                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6} "
+                    f"{_num(r['episode_t'], '+.2f'):>6} {_p(r['episode_p']):>6}"
                 )
+            gap = _horizon(self.episode_gap) if self.episode_gap else "the same decision"
+            lines.append(
+                f"episodes of one token's events within {gap} of each other, each entered at its first priced event "
+                f"and tested once: {self.episodes.height:,} in all"
+            )
         lines += ["", f"verdict: {self.verdict}"]
         return "\n".join(lines)
 
@@ -236,6 +252,7 @@ def evaluate(
     by: str = "at",
     quantiles: int = 5,
     min_tokens: int = 3,
+    episode_gap: Optional[Any] = None,
     history: Optional[PathLike] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Evaluation:
@@ -260,6 +277,13 @@ def evaluate(
       (docs/research.md gives its measured false-positive rate); none where the horizon has too
       few independent windows to judge (under four); ``p_holm`` that p after Holm's correction
       over the horizons judged.
+
+    Events are also grouped in episodes: the events of one token that follow each other within
+    ``episode_gap`` (a duration; default the decisions' spacing, so that events at consecutive
+    decisions are one episode) count as one, entered at its first event with a forward return.
+    ``summary`` adds ``episodes`` (those entered at the horizon), ``episode_excess`` (their mean
+    excess return), and ``episode_t`` and ``episode_p``: the same test over each decision's summed
+    excess of the episodes entered at it; ``episodes`` lists them.
 
     ``history`` (the history's path) records the evaluation in the history's journal (a small
     Delta table under the root; `journal` reads it) and counts the distinct signals evaluated
@@ -298,6 +322,9 @@ def evaluate(
         raise ValueError(f"min_tokens must be an integer of 2 or more, got {min_tokens!r}")
     if labels.height == 0:
         raise ValueError("labels is empty: no decision to evaluate (an empty universe?)")
+    if kind == "score" and episode_gap is not None:
+        raise ValueError(f"episodes group events: {signal!r} is a score (give a boolean signal, or no episode_gap)")
+    gap = episode_gap_of(episode_gap, spacing_of(labels[by])) if kind == "event" else None
 
     value = pl.col(signal) if kind == "event" else pl.col(signal).cast(pl.Float64)
     reason = pl.col("missing") if "missing" in labels.columns else pl.lit(None, pl.String)
@@ -323,7 +350,8 @@ def evaluate(
         summary, ic, quantile_table, dropped = _scores(rows, signal, by, horizons, spacing, quantiles, min_tokens)
         events = pl.DataFrame()
     else:
-        summary, events = _events(rows, signal, by, horizons, spacing)
+        grouped = episodes_of(labels, signal, by, gap)  # type: ignore[arg-type]
+        summary, events = _events(rows, signal, by, horizons, spacing, grouped)
         ic = quantile_table = pl.DataFrame()
         dropped = pl.DataFrame(schema={"horizon": labels.schema["horizon"], "reason": pl.String})
     missing = _counts(pl.concat([left, dropped.cast(left.schema)]))  # type: ignore[arg-type]
@@ -338,6 +366,8 @@ def evaluate(
         decisions=rows[by].n_unique(),
         tokens=rows["token"].n_unique(),
         left_out=int(missing["labels"].sum() or 0),
+        episodes=episode_table(grouped, by) if kind == "event" else pl.DataFrame(),
+        episode_gap=gap,
     )
     if history is not None:
         first = rows.filter(pl.col("horizon") == horizons[0])
@@ -442,7 +472,12 @@ def _scores(
 
 
 def _events(
-    rows: pl.DataFrame, signal: str, by: str, horizons: List[dt.timedelta], spacing: Optional[dt.timedelta]
+    rows: pl.DataFrame,
+    signal: str,
+    by: str,
+    horizons: List[dt.timedelta],
+    spacing: Optional[dt.timedelta],
+    grouped: pl.DataFrame,
 ) -> Tuple[pl.DataFrame, pl.DataFrame]:
     events = (
         rows.group_by("horizon", pl.col(signal).alias("event"))
@@ -466,7 +501,13 @@ def _events(
             .sort(by)["excess"]
             .to_list()
         )
-        test = ewc_test(series, independent_windows(len(series), spacing, horizon))
+        windows = independent_windows(len(series), spacing, horizon)
+        test = ewc_test(series, windows)
+        # The same test with each episode once: at the decision it is entered at.
+        firsts = entered(one, grouped, by)
+        per_decision = dict(firsts.group_by(by).agg(pl.col("excess").sum()).iter_rows())
+        decisions = one.select(pl.col(by).unique().sort())[by].to_list()
+        episode_test = ewc_test([per_decision.get(at, 0.0) for at in decisions], windows)
         return {
             "decisions": one[by].n_unique(),
             "observations": one.height,
@@ -477,6 +518,10 @@ def _events(
             "event_mean": float(chosen["forward_return"].mean()) if chosen.height else None,  # type: ignore[arg-type]
             "all_mean": float(one["forward_return"].mean()),  # type: ignore[arg-type]
             "event_excess": float(chosen["excess"].mean()) if chosen.height else None,  # type: ignore[arg-type]
+            "episodes": firsts.height,
+            "episode_excess": float(firsts["excess"].mean()) if firsts.height else None,  # type: ignore[arg-type]
+            "episode_t": episode_test.t,
+            "episode_p": episode_test.p_value,
             **_tested(test),
         }
 
@@ -505,6 +550,7 @@ def _by_horizon(horizons: List[dt.timedelta], summarize: Callable[[dt.timedelta]
             "p_value": pl.Float64,
             "p_holm": pl.Float64,
             "se": pl.Float64,
+            **({"episode_t": pl.Float64, "episode_p": pl.Float64} if "episodes" in rows[0] else {}),
         },
     )
     return frame
