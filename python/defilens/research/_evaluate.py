@@ -382,9 +382,18 @@ def evaluate(
                 "decisions": evaluation.decisions,
                 "tokens": evaluation.tokens,
                 "p_value": evaluation.p_value,
+                "universe": universe_of(labels),
             },
         )
     return evaluation
+
+
+def universe_of(labels: pl.DataFrame) -> Optional[str]:
+    """How the labels' tokens were chosen, as `forward_returns(universe=)` said (None: not said)."""
+    if "universe" not in labels.columns or labels.schema["universe"] != pl.String:
+        return None
+    texts = sorted(text for text in labels["universe"].unique().to_list() if text)
+    return " | ".join(texts) if texts else None
 
 
 def _counts(left: pl.DataFrame) -> pl.DataFrame:

@@ -22,7 +22,7 @@ from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from ..history import history_cut, open_for_reading, scan_table
-from ._membership import within
+from ._membership import rule_of, within
 from ._rounds import ON_TIME, rounds_made
 from ._scope import CANDLE_INTERVALS, scope_of
 
@@ -274,7 +274,9 @@ def forward_returns(
     every run's. A horizon shorter than every run's cadence is refused.
 
     ``universe`` (what `defilens.universe` gives) keeps only the decisions whose token was a
-    member at its ``knowable`` moment.
+    member at its ``knowable`` moment, and adds a ``universe`` column saying how it was chosen
+    (its ``rule``; ``"given without a rule"`` for a frame without one), which
+    `evaluate(..., history=)` records in the history's journal.
     """
     horizon_list = horizons_of(horizons)
     delay = None if entry_delay is None else _duration("entry_delay", entry_delay)
@@ -294,10 +296,10 @@ def forward_returns(
             )
     if not isinstance(frame.schema[knowable], pl.Datetime):
         raise TypeError(f"decisions[{knowable!r}] must hold datetimes, got {frame.schema[knowable]}")
-    if universe is not None and frame.height:
+    if universe is not None:
         kept = within(frame, universe, knowable)
         assert isinstance(kept, pl.DataFrame)
-        frame = kept
+        frame = kept if "universe" in kept.columns else kept.with_columns(pl.lit(rule_of(universe)).alias("universe"))
     if frame.height == 0:
         raise ValueError("decisions is empty: there is nothing to label (an empty universe?)")
     if "horizon" in frame.columns or any(column in frame.columns for column in LABEL_COLUMNS[1:]):
