@@ -211,3 +211,13 @@ def test_bad_rules_say_what_to_give(history: Path, kwargs, error, words) -> None
     arguments = {"top": 5, **kwargs}
     with pytest.raises(error, match=words):
         defilens.universe(history, **arguments)
+
+
+def test_only_the_sandboxs_stablecoins_are_tagged_stablecoins() -> None:
+    """A rule over categories must find the stablecoins and only them: generic ids float."""
+    ids = ["tether", "usd-coin", "bitcoin", *[f"coin-{i}" for i in range(300)]]
+    bodies = [defilens.testing.listing_body(token, seed=11, now="2026-01-05T00:00:00Z") for token in ids]
+    snapshot = defilens.parse_tokens(bodies, ids).snapshot
+    tagged = snapshot.filter(pl.col("categories").list.contains("Stablecoins"))["token"].to_list()
+    assert sorted(tagged) == ["tether", "usd-coin"]
+    assert snapshot.filter(pl.col("categories").list.len() > 0).height > 200  # the others keep their tags
