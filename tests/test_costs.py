@@ -29,17 +29,17 @@ NOTIONALS = [1_000.0, 50_000.0, 2_000_000.0]
 
 def _edit(name: str, frame: pl.DataFrame) -> pl.DataFrame:
     """coin-2's markets were not fetched in rounds 5 to 9 (its older fetch stands), and one of
-    coin-4's pairs has no price and another no depth at every fetch."""
+    ripple's pairs has no price and another no depth at every fetch."""
     if name != "markets":
         return frame
     missed = (pl.col("token") == "coin-2") & pl.col("fetched_at").is_between(
         START + dt.timedelta(minutes=150), START + dt.timedelta(minutes=270)
     )
     place = pl.int_range(pl.len()).over("token", "fetched_at")
-    coin4 = pl.col("token") == "coin-4"
+    edited = pl.col("token") == "ripple"
     return frame.filter(~missed).with_columns(
-        pl.when(coin4 & (place == 0)).then(None).otherwise(pl.col("price")).alias("price"),
-        pl.when(coin4 & (place == 1))
+        pl.when(edited & (place == 0)).then(None).otherwise(pl.col("price")).alias("price"),
+        pl.when(edited & (place == 1))
         .then(0.0)
         .otherwise(pl.col("depth_usd_positive_two"))
         .alias("depth_usd_positive_two"),
@@ -90,7 +90,7 @@ def test_a_round_trip_costs_what_the_markets_rows_say(history: Path) -> None:
     assert found.columns[:4] == ["at", "token", "notional", "markets_at"]
     checked = 0
     for at in moments:
-        for token in ["bitcoin", "tether", "coin-2", "coin-4", "coin-7"]:
+        for token in ["bitcoin", "tether", "ripple", "coin-2", "coin-7"]:
             rows = latest_rows(markets, token, at)
             for notional in NOTIONALS:
                 row = found.filter((pl.col("at") == at) & (pl.col("token") == token) & (pl.col("notional") == notional))
