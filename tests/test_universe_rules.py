@@ -221,3 +221,13 @@ def test_only_the_sandboxs_stablecoins_are_tagged_stablecoins() -> None:
     tagged = snapshot.filter(pl.col("categories").list.contains("Stablecoins"))["token"].to_list()
     assert sorted(tagged) == ["tether", "usd-coin"]
     assert snapshot.filter(pl.col("categories").list.len() > 0).height > 200  # the others keep their tags
+
+
+def test_the_look_ahead_check_passes_a_study_over_a_universe_with_a_markets_rule(history: Path) -> None:
+    def study(root: str) -> pl.DataFrame:
+        universe = defilens.universe(root, 6, "total_volume", where=pl.col("venues") >= 3)
+        return defilens.members(universe, defilens.decision_times(root, "1h"))
+
+    report = defilens.lookahead_check(study, str(history), cuts=3)
+    assert report.ok, report
+    assert report.cuts["checked"].sum() > 0
