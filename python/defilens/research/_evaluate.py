@@ -17,6 +17,7 @@ from .._duration import format_duration
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
 from .._storage import PathLike
+from ._costs import notionals_of
 from ._episodes import entered, episode_gap_of, episode_table, episodes_of
 from ._inference import ALPHA, MIN_DF, Inference, ewc_test, holm, t_critical
 from ._journal import fingerprint, record
@@ -438,8 +439,6 @@ def evaluate(
             "which reads the costs from the history's markets"
         )
     if notional is not None:
-        from ._costs import notionals_of
-
         notional = notionals_of(notional)[0]
     net = Net(labels, notional) if priced else None
     if kind == "score" and episode_gap is not None:
