@@ -10,7 +10,10 @@ score is an AR(1) per token over the hourly decisions (phi 0.9, 0.95 or 0.99, dr
 market), each event the top fifth of such a score. The Newey-West t with lags = horizon / spacing
 and |t| >= 2 (what `evaluate` used before) is measured on the same draws. The injected score is
 ``noise + beta * rank of the 4h forward return`` across tokens at each decision, with beta set for
-a mean rank IC of about 0.05 and 0.10 at 4h. Prints Markdown (docs/research.md quotes it).
+a mean rank IC of about 0.05 and 0.10 at 4h; the injected event is the top fifth of that score.
+Events are judged twice: over events (each decision's summed excess) and over episodes (a
+token's events at consecutive decisions are one episode, entered once). Prints Markdown
+(docs/research.md quotes it).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from study_histories import random_walk_history
 
 import defilens
+from defilens.research._inference import holm
 
 TOKENS = [f"coin-{i}" for i in range(30)]
 HORIZONS = ["1h", "4h", "8h", "24h"]
@@ -128,11 +132,17 @@ def main() -> None:
                         result = defilens.evaluate(scored, signal)
                         family = result.p_value
                         tally(f"{signal}: calibrated", "family", family is not None and family < 0.05)
+                        if signal == "event":
+                            episodes = holm([r["episode_p"] for r in result.summary.iter_rows(named=True)])
+                            judged_p = [p for p in episodes if p is not None]
+                            tally("event: over episodes", "family", bool(judged_p) and min(judged_p) < 0.05)
                         for row in result.summary.iter_rows(named=True):
                             horizon = defilens._duration.format_duration(row["horizon"])
                             if row["p_value"] is not None:
                                 tally(f"{signal}: calibrated", horizon, row["p_value"] < 0.05)
                                 judged.setdefault(horizon, []).append(row["windows"])
+                            if signal == "event" and row["episode_p"] is not None:
+                                tally("event: over episodes", horizon, row["episode_p"] < 0.05)
                             if signal == "score":
                                 values = result.ic.filter(pl.col("horizon") == row["horizon"])["ic"].to_list()
                                 lags = round(row["horizon"] / dt.timedelta(hours=1))
@@ -145,6 +155,18 @@ def main() -> None:
                         row = result.summary.filter(pl.col("horizon") == dt.timedelta(hours=4)).row(0, named=True)
                         tally(f"power, {effect}", "4h", row["p_value"] is not None and row["p_value"] < 0.05)
                         tally(f"power, {effect}", "family", result.p_value is not None and result.p_value < 0.05)
+                        # The event: the top fifth of the injected score, over events and over episodes.
+                        flagged = noisy.with_columns(
+                            (pl.col("injected") > pl.col("injected").quantile(0.8).over("at")).alias("flagged")
+                        )
+                        result = defilens.evaluate(labels.join(flagged, on=["at", "token"]), "flagged")
+                        row = result.summary.filter(pl.col("horizon") == dt.timedelta(hours=4)).row(0, named=True)
+                        tally(f"power, event, {effect}", "4h", row["p_value"] is not None and row["p_value"] < 0.05)
+                        tally(
+                            f"power, event over episodes, {effect}",
+                            "4h",
+                            row["episode_p"] is not None and row["episode_p"] < 0.05,
+                        )
             for test, by in counts.items():
                 cells = []
                 for horizon in [*HORIZONS, "family"]:

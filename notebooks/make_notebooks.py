@@ -349,7 +349,28 @@ compare = ours.filter(pl.col("horizon") == pl.duration(hours=1)).join(
     pl.from_pandas(theirs.reset_index()).select(pl.col("date").cast(pl.Datetime("ms", "UTC")), pl.col("1h").alias("alphalens_ic")), on="date")
 compare.select("date", "ic", "alphalens_ic", (pl.col("ic") - pl.col("alphalens_ic")).abs().max().alias("largest difference")).head(3)"""
 
-STUDY_VECTORBT = """import vectorbt as vbt  # the first Portfolio call compiles with numba: about 30 s once
+STUDY_NET_SETUP = """# Costs are read from the markets endpoint, which collect fetches by default. The well-known ids
+# trade on many venues with deep books; the generic ids are small caps, most too thin for $10k.
+net_root = "study-net"
+shutil.rmtree(net_root, ignore_errors=True)
+tokens = [*defilens.testing.Sandbox.known_ids, *[f"coin-{i}" for i in range(10)]]
+with defilens.testing.Sandbox(seed=0, now="2026-01-05T00:00:00Z") as net_sandbox:
+    defilens.Client(base_url=net_sandbox).collect(tokens, "30m", count=96, out=net_root, progress=False)
+last_hour = defilens.decision_times(net_root, "1h")[-1]
+defilens.costs(net_root, last_hour, [10_000, 250_000], tokens=["bitcoin", "solana", "coin-3"]).select(
+    "token", "notional", "venues", "half_spread", "depth_usd_positive_two", "buy_cost", "round_trip")"""
+
+STUDY_NET_GROSS = """net_signal = rsi_signal(net_root)
+# the tokens with more than $250k of bids within 2% at each moment: those that could take the larger trade
+deep = defilens.universe(net_root, None, "market_cap", where=pl.col("depth_usd_negative_two") > 250_000)
+defilens.evaluate(defilens.forward_returns(net_root, net_signal, ["1h", "4h"], universe=deep), "value")"""
+
+STUDY_NET_SMALL = """defilens.evaluate(defilens.forward_returns(net_root, net_signal, ["1h", "4h"], notional=10_000, universe=deep), "value")"""
+
+STUDY_NET_LARGE = """large = defilens.evaluate(defilens.forward_returns(net_root, net_signal, ["1h", "4h"], notional=250_000, universe=deep), "value")
+large"""
+
+STUDY_VECTORBT = """import vectorbt as vbt  # compiles with numba once per environment (to_vectorbt keeps it in numba's cache)
 
 # Decisions four hours apart, so that 1h trades never overlap: then each vectorbt trade is one label.
 sparse = defilens.asof(root, defilens.decision_times(root, "1h").gather_every(4), intervals="1h", indicators="rsi14")
@@ -425,6 +446,17 @@ NOTEBOOKS["06_study.ipynb"] = [
     new_code_cell(STUDY_CHECK),
     new_code_cell(STUDY_CHECK_HONEST),
     new_markdown_cell(
+        "## Net of costs\n\nThe verdict so far is gross: every trade at the listed price, in any size. The markets endpoint gives, per exchange pair and fetch, its price and the book's depth within 2% of it on each side; `defilens.costs` reads what a trade of a given size cost at a moment from the token's latest markets fetch at or before it: a half-spread proxied by how far apart the venues' prices are, plus a linear impact of 1% of the notional over the depth of the side taken (docs/research.md, \"Net of costs\", gives the model, its references and its limits). On a second history, with markets:"
+    ),
+    new_code_cell(STUDY_NET_SETUP),
+    new_markdown_cell(
+        "The same RSI study, gross, then net of costs at $10k and at $250k a trade (`forward_returns(..., notional=)`: each trade bought at the entry price plus its cost and sold at the exit price less its), on the tokens deep enough for the larger trade at each moment (a universe with a rule over the markets). Net, the evaluation adds each quantile's net return, the top-minus-bottom spread with the top bought and the bottom sold short, the turnover of both legs and its cost, and the capacity: the notional a trade at which the net spread falls to zero, with its 95% interval."
+    ),
+    new_code_cell(STUDY_NET_GROSS),
+    new_code_cell(STUDY_NET_SMALL),
+    new_code_cell(STUDY_NET_LARGE),
+    new_code_cell("large.plot();"),
+    new_markdown_cell(
         "## Hand-offs\n\n`to_alphalens` gives alphalens its factor (dated at the round each signal can first be traded in) and prices on the history's rounds; its IC is ours, decision by decision."
     ),
     new_code_cell(STUDY_ALPHALENS),
@@ -432,7 +464,9 @@ NOTEBOOKS["06_study.ipynb"] = [
         "`to_vectorbt` gives `close`, `entries` and `exits` on one tz-aware index: for trades that do not overlap, vectorbt's trade returns are the labels' forward returns."
     ),
     new_code_cell(STUDY_VECTORBT),
-    new_code_cell("sandbox.stop()\nshutil.rmtree(root, ignore_errors=True)"),
+    new_code_cell(
+        "sandbox.stop()\nshutil.rmtree(root, ignore_errors=True)\nshutil.rmtree(net_root, ignore_errors=True)"
+    ),
 ]
 
 

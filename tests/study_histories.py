@@ -29,6 +29,7 @@ def random_walk_history(
     edit: Optional[Callable[[str, pl.DataFrame], pl.DataFrame]] = None,
     times: Optional[Sequence[dt.timedelta]] = None,
     start: str = START,
+    markets: bool = False,
 ) -> None:
     """``rounds`` rounds of ``tokens`` from a Sandbox with ``seed``, every ``every`` of simulated
     time from ``start``, written to ``root`` as `collect` would lay them out, but in one commit
@@ -46,7 +47,7 @@ def random_walk_history(
                 sandbox.advance(origin + offset - sandbox.now)
             started = sandbox.now
             ids = [token for token in tokens if token not in skip.get(number, set())]
-            frames = client.fetch(ids, markets=False)
+            frames = client.fetch(ids, markets=markets)
             tables, failed = tables_of(round_of_fetch(frames, "study", number, started, keep_raw=False))
             assert failed == 0
             for name, frame in tables.items():

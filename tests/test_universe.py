@@ -62,7 +62,7 @@ def test_membership_at_each_moment_is_the_rank_snapshot_then(history: Path) -> N
     assert crossed, "no token crossed the cut-off: the test needs a crossing"
 
     universe = defilens.universe(history, top=TOP, by="market_cap_rank")
-    assert universe.columns == ["token", "valid_from", "valid_to", "rank"]
+    assert universe.columns == ["token", "valid_from", "valid_to", "rank", "rule"]
     assert set(crossed) <= set(universe["token"])
     assert universe.filter(pl.col("valid_to").is_not_null())["token"].n_unique() >= len(crossed)
     moments = _moments(snapshot)

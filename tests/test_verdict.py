@@ -153,7 +153,7 @@ def test_a_journal_that_cannot_be_written_warns_and_the_verdict_stands(tmp_path,
     random_walk_history(root, 23, TOKENS, 48, dt.timedelta(minutes=30))
     labels = labelled(root, ["1h"])
 
-    def refuse(*args: object) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError("read-only file system")
 
     monkeypatch.setattr(journal, "append_table", refuse)

@@ -77,10 +77,11 @@ fn build(seed: u64, token: &str, now_ms: i64, provisional: bool) -> String {
     let name = display_name(token);
     let site = url_slug(seed, token);
     let drawn = rng.some_of(CATEGORIES, 3, 0.1);
-    // A well-known token is in its own categories (bitcoin is not a meme coin).
+    // A well-known token is in its own categories (bitcoin is not a meme coin); any other id's
+    // price floats, so it is never a stablecoin (a category screen finds the real ones only).
     let categories = match super::market::known_token(token) {
         Some(known) => known.categories.to_vec(),
-        None => drawn,
+        None => drawn.into_iter().filter(|category| *category != "Stablecoins").collect(),
     };
     let tags: Vec<String> = categories.iter().map(|c| slug(c)).collect();
     let exchanges = rng.some_of(EXCHANGES, 6, 0.05);

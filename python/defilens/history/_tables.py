@@ -162,10 +162,11 @@ def read_table(root: Root, name: str) -> Optional[pl.LazyFrame]:
     return None if table is None else restore(pl.scan_delta(table))
 
 
-def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
+def append_table(root: Root, name: str, frame: pl.DataFrame, *, merge_schema: bool = False) -> None:
     """Appends ``frame`` to the Delta table at ``name`` under ``root`` (created by the first
     append, with the history's table properties). For tables beside the history, such as the
-    audit's; a round is committed to the history's own tables by `commit_round`."""
+    audit's; a round is committed to the history's own tables by `commit_round`. ``merge_schema``
+    adds the frame's new columns to the table (its older rows read them as null)."""
     with engine_writes(f"appending to {root.path(name)!r}"):
         require("deltalake").write_deltalake(
             root.path(name),
@@ -173,6 +174,7 @@ def append_table(root: Root, name: str, frame: pl.DataFrame) -> None:
             mode="append",
             storage_options=root.options(),
             configuration=TABLE_PROPERTIES,
+            schema_mode="merge" if merge_schema else None,
         )
 
 

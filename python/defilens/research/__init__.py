@@ -3,10 +3,11 @@ that never look ahead (`asof`), a coverage audit (`audit`), checking a vendor's 
 against candles (`verify`), and a study from signal to verdict: decision times and forward
 returns (`decision_times`, `forward_returns`), an honest evaluation (`evaluate`) and the evaluations a history remembers (`journal`), a look-ahead
 check of a study (`lookahead_check`) and hand-offs to backtesters (`to_alphalens`,
-`to_vectorbt`), and a point-in-time universe (`universe`, `members`). They read what `collect` writes, through `defilens.scan`."""
+`to_vectorbt`), a point-in-time universe (`universe`, `members`), and what trading cost (`costs`). They read what `collect` writes, through `defilens.scan`."""
 
 from ._asof import asof
 from ._audit import Audit, audit
+from ._costs import costs
 from ._evaluate import Evaluation, evaluate
 from ._handoff import to_alphalens, to_vectorbt
 from ._journal import journal
@@ -33,4 +34,5 @@ __all__ = [
     "to_vectorbt",
     "universe",
     "members",
+    "costs",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import polars as pl
@@ -17,8 +17,11 @@ from .._duration import format_duration
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
 from .._storage import PathLike
+from ._costs import notionals_of
+from ._episodes import entered, episode_gap_of, episode_table, episodes_of
 from ._inference import ALPHA, MIN_DF, Inference, ewc_test, holm, t_critical
 from ._journal import fingerprint, record
+from ._net import Net, Series, curve, event_figures, has_costs, notional_grid, score_figures
 
 #: Why a label is left out of the evaluation besides its own ``missing`` reason (counted in ``missing``).
 NO_SIGNAL = "no signal"  # the signal is null
@@ -58,6 +61,11 @@ class Evaluation:
     - ``quantiles``: mean forward and excess return per score quantile and horizon (scores only);
     - ``events``: per horizon and ``event`` (true/false), count, hit rate, mean return and mean
       excess (events only);
+    - ``episodes``: per episode (a token's events within ``episode_gap`` of each other), its
+      ``episode`` number, ``token``, ``start``, ``end`` and ``events`` (events only);
+    - ``net``: labels priced net of costs, the net spread (scores) or the events' net excess per
+      horizon at each of a range of notionals, with its 95% interval (``horizon``,
+      ``notional``, ``net``, ``low``, ``high``): the curve ``plot()`` draws;
     - ``missing``: labels left out, per horizon and reason.
 
     ``p_value`` is the smallest p over the horizons after Holm's correction; ``tries`` the
@@ -77,6 +85,18 @@ class Evaluation:
     tokens: int
     left_out: int
     tries: Optional[int] = None
+    episodes: pl.DataFrame = field(default_factory=pl.DataFrame)
+    episode_gap: Optional[dt.timedelta] = None
+    #: The USD a trade the net figures are priced at (None: gross only, or fixed costs).
+    notional: Optional[float] = None
+    #: How the labels were priced: None (gross), "markets" or "fixed".
+    costs: Optional[str] = None
+    net: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: Trades (labels evaluated, priced from the markets) larger than their token's depth within
+    #: 2% on a side they take: their cost extrapolates the book.
+    beyond_depth: int = 0
+    #: The one-way cost a trade of labels priced with a fixed cost (``costs=0.001``).
+    fixed_cost: Optional[float] = None
 
     @property
     def p_value(self) -> Optional[float]:
@@ -124,9 +144,14 @@ class Evaluation:
         )
         value = best["mean_ic"] if self.kind == "score" else best["event_excess"]
         sign = "positive" if value is not None and value > 0 else "negative"
+        episodes = (
+            f"; over its {best['episodes']:,} episodes t {_num(best['episode_t'], '+.2f')}, p {_p(best['episode_p'])}"
+            if self.kind == "event"
+            else ""
+        )
         finding = (
             f"{sign} {what} at {_horizon(best['horizon'])} (t {best['t']:+.2f}, {best['df']} df, p {_p(best['p_value'])}; "
-            f"{_p(best['p_holm'])} after {horizons}{tries})"
+            f"{_p(best['p_holm'])} after {horizons}{tries}{episodes})"
         )
         if self.significant:
             return f"{finding}: test it on data it was not chosen on{note}"
@@ -168,18 +193,103 @@ class Evaluation:
                 )
         else:
             lines.append(
-                f"{'horizon':>8} {'events':>7} {'windows':>7} {'hit':>5} {'all hit':>7} {'mean':>8} {'all mean':>8} "
-                f"{'excess':>8} {'t':>6} {'df':>3} {'p':>6} {'p Holm':>6}"
+                f"{'horizon':>8} {'events':>7} {'episodes':>8} {'windows':>7} {'hit':>5} {'all hit':>7} {'mean':>8} "
+                f"{'all mean':>8} {'excess':>8} {'t':>6} {'df':>3} {'p':>6} {'p Holm':>6} {'ep. t':>6} {'ep. p':>6}"
             )
             for r in self.summary.to_dicts():
                 lines.append(
-                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {_windows(r['windows']):>7} "
+                    f"{_horizon(r['horizon']):>8} {r['events']:>7,} {r['episodes']:>8,} {_windows(r['windows']):>7} "
                     f"{_pct(r['event_hit_rate']):>5} {_pct(r['all_hit_rate']):>7} {_pct(r['event_mean'], 2):>8} "
                     f"{_pct(r['all_mean'], 2):>8} {_pct(r['event_excess'], 2):>8} {_num(r['t'], '+.2f'):>6} "
-                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6}"
+                    f"{r['df'] if r['df'] is not None else '-':>3} {_p(r['p_value']):>6} {_p(r['p_holm']):>6} "
+                    f"{_num(r['episode_t'], '+.2f'):>6} {_p(r['episode_p']):>6}"
                 )
+            gap = _horizon(self.episode_gap) if self.episode_gap else "the same decision"
+            lines.append(
+                f"episodes of one token's events within {gap} of each other, each entered at its first priced event "
+                f"and tested once: {self.episodes.height:,} in all"
+            )
+        lines += self._net_lines()
         lines += ["", f"verdict: {self.verdict}"]
         return "\n".join(lines)
+
+    def _plot_net(self, axis: Any, rows: List[Dict[str, Any]], labels: List[str]) -> None:
+        """Net against notional, per horizon, with its 95% band and the capacity marked."""
+        for r, label in zip(rows, labels, strict=True):
+            one = self.net.filter(pl.col("horizon") == r["horizon"]).sort("notional")
+            if one.is_empty():
+                continue
+            x = one["notional"].to_list()
+            (line,) = axis.plot(x, [v * 100 if v is not None else None for v in one["net"].to_list()], label=label)
+            if one["low"].null_count() == 0:
+                axis.fill_between(
+                    x,
+                    [v * 100 for v in one["low"].to_list()],
+                    [v * 100 for v in one["high"].to_list()],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
+            capacity = r.get("capacity")
+            if capacity is not None and 0 < capacity < math.inf:
+                axis.plot([capacity], [0.0], marker="o", color=line.get_color())
+        axis.axhline(0.0, color="black", linewidth=0.8)
+        # Far beyond the capacity costs grow without bound: show the range around zero.
+        best = max((v for v in self.net["net"].to_list() if v is not None), default=0.0) * 100
+        if best > 0:
+            axis.set_ylim(-1.5 * best, 1.3 * best)
+        axis.set_xscale("log")
+        what = "top-minus-bottom" if self.kind == "score" else "events' excess"
+        axis.set_title(f"net {what} by trade size (95% interval; o: capacity)", fontsize=10)
+        axis.set_xlabel("notional a trade (USD)")
+        axis.set_ylabel("net return (%)")
+        axis.legend(title="horizon", fontsize=8)
+
+    def _net_lines(self) -> List[str]:
+        """The block net of costs, when the labels were priced."""
+        if self.costs is None:
+            return []
+        if self.costs == "fixed":
+            head = (
+                f"net of a fixed cost of {_pct(self.fixed_cost, 2)} a trade each way (costs=): no capacity, a fixed "
+                "cost does not grow with the trade"
+            )
+        else:
+            head = (
+                f"net of costs at {_usd(self.notional)} a trade (read from the markets history: half-spread from the "
+                "venues' price dispersion, impact within their depth at 2%); capacity: the notional a trade at which "
+                "the net falls to zero"
+            )
+        lines = ["", head]
+        score = self.kind == "score"
+        if score:
+            lines.append(
+                f"{'horizon':>8} {'top-bottom':>10} {'net':>8} {'top turn.':>9} {'bot. turn.':>10} {'turn. cost':>10} "
+                f"{'capacity (95% interval)':>32}"
+            )
+        else:
+            lines.append(f"{'horizon':>8} {'excess':>8} {'net':>8} {'capacity (95% interval)':>32}")
+        for r in self.summary.to_dicts():
+            capacity = (
+                "-" if self.costs == "fixed" else _capacity_text(r["capacity"], r["capacity_low"], r["capacity_high"])
+            )
+            if score:
+                lines.append(
+                    f"{_horizon(r['horizon']):>8} {_pct(r['top_minus_bottom'], 2):>10} {_pct(r['net_top_minus_bottom'], 2):>8} "
+                    f"{_pct(r['top_turnover']):>9} {_pct(r['bottom_turnover']):>10} {_pct(r['turnover_cost'], 2):>10} "
+                    f"{capacity:>32}"
+                )
+            else:
+                lines.append(
+                    f"{_horizon(r['horizon']):>8} {_pct(r['event_excess'], 2):>8} {_pct(r['event_net_excess'], 2):>8} "
+                    f"{capacity:>32}"
+                )
+        if self.beyond_depth:
+            lines.append(
+                f"{self.beyond_depth:,} trades exceed their token's depth within 2% at this size (their cost extrapolates "
+                "the book): a universe with where=pl.col('depth_usd_negative_two') > ... keeps tokens that can take them"
+            )
+        return lines
 
     def __repr__(self) -> str:
         return self.__str__()
@@ -201,7 +311,8 @@ class Evaluation:
 
         rows = self.summary.to_dicts()
         labels = [_horizon(r["horizon"]) for r in rows]
-        panels = 2 if self.kind == "score" else 1
+        curves = self.net.height > 0
+        panels = (2 if self.kind == "score" else 1) + curves
         figure, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 3.6), squeeze=False)
         left = axes[0][0]
         scale = 1.0 if self.kind == "score" else 100.0
@@ -233,6 +344,8 @@ class Evaluation:
             right.set_xlabel("quantile")
             right.set_ylabel("mean excess return (%)")
             right.legend(title="horizon", fontsize=8)
+        if curves:
+            self._plot_net(axes[0][panels - 1], rows, labels)
         figure.suptitle(f"{self.signal}: {self._headline()}", fontsize=10)
         figure.tight_layout()
         return figure
@@ -245,6 +358,8 @@ def evaluate(
     by: str = "at",
     quantiles: int = 5,
     min_tokens: int = 3,
+    episode_gap: Optional[Any] = None,
+    notional: Optional[float] = None,
     history: Optional[PathLike] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Evaluation:
@@ -269,6 +384,25 @@ def evaluate(
       (docs/research.md gives its measured false-positive rate); none where the horizon has too
       few independent windows to judge (under four); ``p_holm`` that p after Holm's correction
       over the horizons judged.
+
+    Events are also grouped in episodes: the events of one token that follow each other within
+    ``episode_gap`` (a duration; default the decisions' spacing, so that events at consecutive
+    decisions are one episode) count as one, entered at its first event with a forward return.
+    ``summary`` adds ``episodes`` (those entered at the horizon), ``episode_excess`` (their mean
+    excess return), and ``episode_t`` and ``episode_p``: the same test over each decision's summed
+    excess of the episodes entered at it; ``episodes`` lists them.
+
+    Labels priced net of costs (`forward_returns(..., notional=)`) are evaluated net too, at their
+    notional or at ``notional`` (USD a trade; costs read again from the books the labels carry):
+    ``quantiles`` adds ``mean_net_return`` (each quantile bought and sold, net); scores' summary
+    adds ``net_top_minus_bottom`` (the top bought, the bottom sold short, each side against the
+    depth it takes), ``top_turnover`` and ``bottom_turnover`` (the share of a leg's names new at
+    each decision) and ``turnover_cost`` (rebalancing both legs at each decision, per name held:
+    each name entering or leaving trades once); events' adds ``event_net_excess``; both add
+    ``capacity``, the notional a trade at which the net spread (or the events' net excess) falls
+    to zero, and ``capacity_low`` and ``capacity_high``, where the test above stops finding it
+    above zero and starts finding it below (0 when even a $1 trade is all cost, inf when
+    $10^12 is not; none for fixed costs or a horizon not judged).
 
     ``history`` (the history's path) records the evaluation in the history's journal (a small
     Delta table under the root; `journal` reads it) and counts the distinct signals evaluated
@@ -307,6 +441,18 @@ def evaluate(
         raise ValueError(f"min_tokens must be an integer of 2 or more, got {min_tokens!r}")
     if labels.height == 0:
         raise ValueError("labels is empty: no decision to evaluate (an empty universe?)")
+    priced = has_costs(labels)
+    if notional is not None and not priced:
+        raise ValueError(
+            "notional= prices the labels' trades net of costs: label them with forward_returns(..., notional=) first, "
+            "which reads the costs from the history's markets"
+        )
+    if notional is not None:
+        notional = notionals_of(notional)[0]
+    net = Net(labels, notional) if priced else None
+    if kind == "score" and episode_gap is not None:
+        raise ValueError(f"episodes group events: {signal!r} is a score (give a boolean signal, or no episode_gap)")
+    gap = episode_gap_of(episode_gap, spacing_of(labels[by])) if kind == "event" else None
 
     value = pl.col(signal) if kind == "event" else pl.col(signal).cast(pl.Float64)
     reason = pl.col("missing") if "missing" in labels.columns else pl.lit(None, pl.String)
@@ -326,13 +472,19 @@ def evaluate(
     rows = rows.with_columns(
         (pl.col("forward_return") - pl.col("forward_return").mean().over("horizon", by)).alias("excess")
     )
+    if net is not None:
+        rows = net.with_drags(rows)
+    series: Dict[dt.timedelta, Tuple[Series, float]] = {}
     spacing = spacing_of(rows[by])
     horizons = rows["horizon"].unique().sort().to_list()
     if kind == "score":
-        summary, ic, quantile_table, dropped = _scores(rows, signal, by, horizons, spacing, quantiles, min_tokens)
+        summary, ic, quantile_table, dropped = _scores(
+            rows, signal, by, horizons, spacing, quantiles, min_tokens, net, series
+        )
         events = pl.DataFrame()
     else:
-        summary, events = _events(rows, signal, by, horizons, spacing)
+        grouped = episodes_of(labels, signal, by, gap)  # type: ignore[arg-type]
+        summary, events = _events(rows, signal, by, horizons, spacing, grouped, net, series)
         ic = quantile_table = pl.DataFrame()
         dropped = pl.DataFrame(schema={"horizon": labels.schema["horizon"], "reason": pl.String})
     missing = _counts(pl.concat([left, dropped.cast(left.schema)]))  # type: ignore[arg-type]
@@ -347,6 +499,13 @@ def evaluate(
         decisions=rows[by].n_unique(),
         tokens=rows["token"].n_unique(),
         left_out=int(missing["labels"].sum() or 0),
+        episodes=episode_table(grouped, by) if kind == "event" else pl.DataFrame(),
+        episode_gap=gap,
+        notional=net.notional if net is not None else None,
+        beyond_depth=net.beyond(rows) if net is not None else 0,
+        fixed_cost=net.fixed_cost if net is not None else None,
+        costs=None if net is None else "fixed" if net.fixed else "markets",
+        net=_curves(net, summary, series),
     )
     if history is not None:
         first = rows.filter(pl.col("horizon") == horizons[0])
@@ -361,9 +520,41 @@ def evaluate(
                 "decisions": evaluation.decisions,
                 "tokens": evaluation.tokens,
                 "p_value": evaluation.p_value,
+                "universe": universe_of(labels),
             },
         )
     return evaluation
+
+
+def _curves(
+    net: Optional[Net], summary: pl.DataFrame, series: Dict[dt.timedelta, Tuple[Series, float]]
+) -> pl.DataFrame:
+    """`Evaluation.net`: per horizon, net against notional over a range around the labels'
+    notional and the capacities (none for gross labels or fixed costs)."""
+    schema: Dict[str, pl.DataType] = {
+        "horizon": pl.Duration("us"),
+        "notional": pl.Float64(),
+        "net": pl.Float64(),
+        "low": pl.Float64(),
+        "high": pl.Float64(),
+    }
+    if net is None or net.fixed or not series:
+        return pl.DataFrame(schema=schema)
+    grid = notional_grid(net, summary["capacity"].to_list())
+    points = [
+        {"horizon": horizon, **point}
+        for horizon, (one, windows) in series.items()
+        for point in curve(one, windows, grid)
+    ]
+    return pl.DataFrame(points, schema=schema).sort("horizon", "notional")
+
+
+def universe_of(labels: pl.DataFrame) -> Optional[str]:
+    """How the labels' tokens were chosen, as `forward_returns(universe=)` said (None: not said)."""
+    if "universe" not in labels.columns or labels.schema["universe"] != pl.String:
+        return None
+    texts = sorted(text for text in labels["universe"].unique().to_list() if text)
+    return " | ".join(texts) if texts else None
 
 
 def _counts(left: pl.DataFrame) -> pl.DataFrame:
@@ -378,6 +569,8 @@ def _scores(
     spacing: Optional[dt.timedelta],
     quantiles: int,
     min_tokens: int,
+    net: Optional[Net] = None,
+    net_series: Optional[Dict[dt.timedelta, Tuple[Series, float]]] = None,
 ) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     score = pl.col(signal).cast(pl.Float64)
     per_decision = rows.group_by("horizon", by).agg(
@@ -417,13 +610,14 @@ def _scores(
     # Average ranks: tied scores share a quantile, whatever the rows' order.
     rank = score.rank("average").over("horizon", by)
     bucket = (((rank - 0.5) * quantiles / pl.len().over("horizon", by)).floor().cast(pl.Int64) + 1).alias("quantile")
+    bucketed = ranked_rows.with_columns(bucket)
     quantile_table = (
-        ranked_rows.with_columns(bucket)
-        .group_by("horizon", "quantile")
+        bucketed.group_by("horizon", "quantile")
         .agg(
             pl.len().alias("labels"),
             pl.col("forward_return").mean().alias("mean_return"),
             pl.col("excess").mean().alias("mean_excess"),
+            *([(pl.col("forward_return") - pl.col("_drag_long")).mean().alias("mean_net_return")] if net else []),
         )
         .sort("horizon", "quantile")
     )
@@ -434,6 +628,11 @@ def _scores(
         top = spread.filter(pl.col("quantile") == quantiles)["mean_excess"]
         bottom = spread.filter(pl.col("quantile") == 1)["mean_excess"]
         test = ewc_test(values, independent_windows(len(values), spacing, horizon))
+        costs: Dict[str, Any] = {}
+        if net is not None and net_series is not None:
+            one = bucketed.filter(pl.col("horizon") == horizon)
+            costs, series_of = score_figures(net, one, by, quantiles, test.windows)
+            net_series[horizon] = (series_of, test.windows)
         return {
             "decisions": len(values),
             "observations": int(ranked_rows.filter(pl.col("horizon") == horizon).height),
@@ -443,6 +642,7 @@ def _scores(
             "ic_positive": sum(v > 0 for v in values) / len(values) if values else None,
             "top_minus_bottom": (top[0] - bottom[0]) if top.len() and bottom.len() else None,
             **_tested(test),
+            **costs,
         }
 
     summary = _by_horizon(horizons, ranked)
@@ -451,7 +651,14 @@ def _scores(
 
 
 def _events(
-    rows: pl.DataFrame, signal: str, by: str, horizons: List[dt.timedelta], spacing: Optional[dt.timedelta]
+    rows: pl.DataFrame,
+    signal: str,
+    by: str,
+    horizons: List[dt.timedelta],
+    spacing: Optional[dt.timedelta],
+    grouped: pl.DataFrame,
+    net: Optional[Net] = None,
+    net_series: Optional[Dict[dt.timedelta, Tuple[Series, float]]] = None,
 ) -> Tuple[pl.DataFrame, pl.DataFrame]:
     events = (
         rows.group_by("horizon", pl.col(signal).alias("event"))
@@ -475,7 +682,17 @@ def _events(
             .sort(by)["excess"]
             .to_list()
         )
-        test = ewc_test(series, independent_windows(len(series), spacing, horizon))
+        windows = independent_windows(len(series), spacing, horizon)
+        test = ewc_test(series, windows)
+        # The same test with each episode once: at the decision it is entered at.
+        firsts = entered(one, grouped, by)
+        per_decision = dict(firsts.group_by(by).agg(pl.col("excess").sum()).iter_rows())
+        decisions = one.select(pl.col(by).unique().sort())[by].to_list()
+        episode_test = ewc_test([per_decision.get(at, 0.0) for at in decisions], windows)
+        costs: Dict[str, Any] = {}
+        if net is not None and net_series is not None:
+            costs, series_of = event_figures(net, one, signal, by, windows)
+            net_series[horizon] = (series_of, windows)
         return {
             "decisions": one[by].n_unique(),
             "observations": one.height,
@@ -486,13 +703,31 @@ def _events(
             "event_mean": float(chosen["forward_return"].mean()) if chosen.height else None,  # type: ignore[arg-type]
             "all_mean": float(one["forward_return"].mean()),  # type: ignore[arg-type]
             "event_excess": float(chosen["excess"].mean()) if chosen.height else None,  # type: ignore[arg-type]
+            "episodes": firsts.height,
+            "episode_excess": float(firsts["excess"].mean()) if firsts.height else None,  # type: ignore[arg-type]
+            "episode_t": episode_test.t,
+            "episode_p": episode_test.p_value,
             **_tested(test),
+            **costs,
         }
 
     summary = _by_horizon(horizons, evented)
     if not summary["events"].sum():
         raise ValueError(f"{signal!r} is never true among the labelled decisions: there is no event to evaluate")
     return summary, events
+
+
+#: The summary's columns net of costs (those of the signal's kind, for labels priced net).
+NET_COLUMNS = (
+    "net_top_minus_bottom",
+    "top_turnover",
+    "bottom_turnover",
+    "turnover_cost",
+    "event_net_excess",
+    "capacity",
+    "capacity_low",
+    "capacity_high",
+)
 
 
 def _tested(test: Inference) -> Dict[str, Any]:
@@ -514,6 +749,8 @@ def _by_horizon(horizons: List[dt.timedelta], summarize: Callable[[dt.timedelta]
             "p_value": pl.Float64,
             "p_holm": pl.Float64,
             "se": pl.Float64,
+            **({"episode_t": pl.Float64, "episode_p": pl.Float64} if "episodes" in rows[0] else {}),
+            **{name: pl.Float64 for name in NET_COLUMNS if name in rows[0]},
         },
     )
     return frame
@@ -543,6 +780,27 @@ def _p(value: Optional[float]) -> str:
     if value is None:
         return "-"
     return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _usd(value: Optional[float]) -> str:
+    """A notional in USD, short: $840, $12.3k, $4.56M, $1.2B."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if math.isinf(value):
+        return "over $1T"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"${value / scale:.3g}{suffix}"
+    return f"${value:,.0f}"
+
+
+def _capacity_text(point: Optional[float], low: Optional[float], high: Optional[float]) -> str:
+    if point is None:
+        return "-"
+    if point == 0.0:
+        return "$0 (all cost)"
+    interval = f" ({_usd(low)} to {_usd(high)})" if low is not None and high is not None else " (not judged)"
+    return f"{_usd(point)}{interval}"
 
 
 def _pct(value: Optional[float], digits: int = 0) -> str:

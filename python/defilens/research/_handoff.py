@@ -8,6 +8,7 @@ Each needs pandas (and pyarrow to convert): ``pip install "defilens[alphalens]"`
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any, Mapping, Optional, Tuple, Union
 
 import polars as pl
@@ -18,6 +19,10 @@ from ._labels import Horizon, _duration, entries_of, fetched_prices
 from ._rounds import ON_TIME, Rounds, rounds_made
 
 UTC_MS = pl.Datetime("ms", "UTC")
+#: vectorbt's simulations that numba compiles without its on-disk cache (``@njit`` without
+#: ``cache=True``): seconds to half a minute in every new process. They take arrays only, so
+#: numba can keep them on disk; `to_vectorbt` turns that on.
+UNCACHED_SIMULATIONS = ("simulate_from_signals_nb", "simulate_from_orders_nb")
 
 
 def _pandas(extra: str) -> Any:
@@ -157,8 +162,12 @@ def to_vectorbt(
     their ``entry_at`` and an exit in the round of their ``exit_at``. For trades that do not
     overlap, vectorbt's per-trade returns are the labels' ``forward_return``; vectorbt ignores
     an entry while a position is open, so overlapping events become fewer, longer trades.
+
+    When vectorbt is installed, its simulations are kept in numba's on-disk cache from here on,
+    so ``from_signals`` compiles once per environment, not in every new process.
     """
     pd = _pandas("vectorbt")
+    cache_vectorbt()
     frame = labels.collect() if isinstance(labels, pl.LazyFrame) else labels
     for column in ("token", "horizon", "entry_at", "exit_at", "forward_return", *([signal] if signal else [])):
         if column not in frame.columns:
@@ -183,6 +192,21 @@ def to_vectorbt(
         )
         marks.append(_marks(pd, close, _on_grid(at, made, "start")))
     return close, marks[0], marks[1]
+
+
+@functools.cache
+def cache_vectorbt() -> None:
+    """Keeps vectorbt's simulations (`UNCACHED_SIMULATIONS`) in numba's on-disk cache (beside
+    vectorbt, or numba's user-wide cache folder where that is read-only), so they compile once
+    per environment; nothing when vectorbt is not installed."""
+    try:
+        from vectorbt.portfolio import nb  # type: ignore[import-untyped]
+    except ImportError:
+        return
+    for name in UNCACHED_SIMULATIONS:
+        dispatcher = getattr(nb, name, None)
+        if dispatcher is not None and hasattr(dispatcher, "enable_caching"):
+            dispatcher.enable_caching()
 
 
 def _marks(pd: Any, close: Any, rows: pl.DataFrame) -> Any:

@@ -29,6 +29,7 @@ JOURNAL_SCHEMA: Dict[str, pl.DataType] = {
     "decisions": pl.Int64(),
     "tokens": pl.Int64(),
     "p_value": pl.Float64(),
+    "universe": pl.String(),  # how the labels' tokens were chosen (`universe`'s rule); null when not said
 }
 
 
@@ -51,7 +52,8 @@ def journal(source: PathLike, *, storage_options: Optional[Mapping[str, Any]] = 
     """The evaluations recorded on the history at ``source`` (`evaluate(..., history=source)`),
     oldest first: ``recorded_at``, ``signal``, ``kind``, ``fingerprint``, ``horizons``,
     ``decisions``, ``tokens``, ``p_value`` (the smallest over its horizons after Holm, before
-    any correction for the signals tried)."""
+    any correction for the signals tried) and ``universe`` (how its tokens were chosen, when the
+    labels said: `universe`'s rule; null for a journal kept before it was recorded)."""
     return _read(open_for_reading(source, storage_options))
 
 
@@ -59,7 +61,15 @@ def _read(root: Root) -> pl.DataFrame:
     found = read_table(root, JOURNAL)
     if found is None:
         return pl.DataFrame(schema=JOURNAL_SCHEMA)
-    return found.select(list(JOURNAL_SCHEMA)).sort("recorded_at").collect()
+    present = found.collect_schema().names()
+    # A journal kept by an earlier version lacks the later columns: they read as null.
+    return (
+        found.select(
+            [pl.col(c) if c in present else pl.lit(None, dtype).alias(c) for c, dtype in JOURNAL_SCHEMA.items()]
+        )
+        .sort("recorded_at")
+        .collect()
+    )
 
 
 def record(source: PathLike, storage_options: Optional[Mapping[str, Any]], entry: Dict[str, Any]) -> Optional[int]:
@@ -75,10 +85,12 @@ def record(source: PathLike, storage_options: Optional[Mapping[str, Any]], entry
     if entry["fingerprint"] in tried:
         return len(tried)
     row = pl.DataFrame(
-        [{**entry, "recorded_at": dt.datetime.now(dt.timezone.utc)}], schema=JOURNAL_SCHEMA, orient="row"
+        [{"universe": None, **entry, "recorded_at": dt.datetime.now(dt.timezone.utc)}],
+        schema=JOURNAL_SCHEMA,
+        orient="row",
     )
     try:
-        append_table(root, JOURNAL, row)
+        append_table(root, JOURNAL, row, merge_schema=True)
     except Exception as error:  # a read-only bucket, a full disk: the evaluation itself is still right
         warnings.warn(
             f"the evaluation could not be recorded in {root.path(JOURNAL)!r} ({one_line(error)}): its verdict counts "

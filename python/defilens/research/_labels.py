@@ -22,7 +22,8 @@ from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from ..history import history_cut, open_for_reading, scan_table
-from ._membership import within
+from ._costs import BOOK_FIELDS, books_at, fetches_of, fixed_cost_of, net_long, notionals_of, one_way
+from ._membership import rule_of, within
 from ._rounds import ON_TIME, rounds_made
 from ._scope import CANDLE_INTERVALS, scope_of
 
@@ -47,6 +48,9 @@ LABEL_COLUMNS = [
     "missing",
 ]
 PATH_COLUMNS = ["max_return", "min_return"]
+#: The columns ``notional=`` or ``costs=`` add: the trade's size, its one-way costs at entry (a
+#: buy) and exit (a sale), the return net of them, and the markets fetches they were read from.
+COST_COLUMNS = ["notional", "entry_cost", "exit_cost", "net_return", "entry_market", "exit_market"]
 
 
 def _duration(what: str, value: Any) -> dt.timedelta:
@@ -246,6 +250,8 @@ def forward_returns(
     path: bool = False,
     cadence: Optional[Horizon] = None,
     universe: Optional[pl.DataFrame] = None,
+    notional: Optional[float] = None,
+    costs: Optional[Union[str, float]] = None,
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> pl.DataFrame:
     """Forward returns for each decision, from the prices the collector fetched: the labels of
@@ -274,10 +280,27 @@ def forward_returns(
     every run's. A horizon shorter than every run's cadence is refused.
 
     ``universe`` (what `defilens.universe` gives) keeps only the decisions whose token was a
-    member at its ``knowable`` moment.
+    member at its ``knowable`` moment, and adds a ``universe`` column saying how it was chosen
+    (its ``rule``; ``"given without a rule"`` for a frame without one), which
+    `evaluate(..., history=)` records in the history's journal.
+
+    ``notional`` (USD a trade) prices each trade net of its costs, read from the history's
+    markets fetches (`defilens.costs`: the token's latest fetch at or before the entry and the
+    exit, never a later one): ``notional``, ``entry_cost`` (buying it, one way, as a share) and
+    ``exit_cost`` (selling it), ``net_return`` (bought at the entry price plus its cost, sold at
+    the exit price less its), and ``entry_market`` and ``exit_market``, what the costs were read
+    from (the fetch's time, half-spread and depths), with which `evaluate` prices the short side,
+    the turnover and other notionals. ``costs`` a number instead is a fixed one-way cost as a
+    share of each trade (0.001: 10 basis points), as vectorbt's ``fees``.
     """
     horizon_list = horizons_of(horizons)
     delay = None if entry_delay is None else _duration("entry_delay", entry_delay)
+    size = None if notional is None else notionals_of(notional)[0]
+    if notional is not None and isinstance(notional, (list, tuple, pl.Series)):
+        raise TypeError(
+            "notional is one trade's size in USD here (evaluate(..., notional=) prices the labels at another)"
+        )
+    fixed = fixed_cost_of(costs, size)
     frame = decisions.collect() if isinstance(decisions, pl.LazyFrame) else decisions
     if not isinstance(frame, pl.DataFrame):
         raise TypeError(f"decisions must be a polars DataFrame or LazyFrame, got {type(decisions).__name__}")
@@ -294,16 +317,17 @@ def forward_returns(
             )
     if not isinstance(frame.schema[knowable], pl.Datetime):
         raise TypeError(f"decisions[{knowable!r}] must hold datetimes, got {frame.schema[knowable]}")
-    if universe is not None and frame.height:
+    if universe is not None:
         kept = within(frame, universe, knowable)
         assert isinstance(kept, pl.DataFrame)
-        frame = kept
+        frame = kept if "universe" in kept.columns else kept.with_columns(pl.lit(rule_of(universe)).alias("universe"))
     if frame.height == 0:
         raise ValueError("decisions is empty: there is nothing to label (an empty universe?)")
-    if "horizon" in frame.columns or any(column in frame.columns for column in LABEL_COLUMNS[1:]):
+    if "horizon" in frame.columns or any(column in frame.columns for column in LABEL_COLUMNS[1:] + COST_COLUMNS):
         raise ValueError("decisions already has label columns (horizon, entry_at, ...): pass the signals, not labels")
     root = open_for_reading(source, storage_options)
     tokens = frame["token"].unique().to_list()
+    fetches = fetches_of(root, tokens) if size is not None and fixed is None else None
     prices = fetched_prices(root, tokens, price)
     made = rounds_made(root, prices, _duration("cadence", cadence) if cadence is not None else None)
     if made.rounds.height < 2:
@@ -379,7 +403,44 @@ def forward_returns(
     labels = pl.concat(labelled, how="diagonal_relaxed")
     columns = LABEL_COLUMNS + (PATH_COLUMNS if path else [])
     out = keyed.drop("_knowable", "_moment").join(labels.select("_decision", *columns), on="_decision", how="left")
-    return out.sort("_decision", "horizon").drop("_decision").select(*[c for c in frame.columns], *columns)
+    out = out.sort("_decision", "horizon").drop("_decision").select(*[c for c in frame.columns], *columns)
+    if size is None and fixed is None:
+        return out
+    return _net_of_costs(out, fetches, size, fixed)
+
+
+def _net_of_costs(
+    labels: pl.DataFrame, fetches: Optional[pl.DataFrame], notional: Optional[float], fixed: Optional[float]
+) -> pl.DataFrame:
+    """The labels with `COST_COLUMNS`: costs read from ``fetches`` (the markets history) at the
+    entry and the exit for ``notional``, or ``fixed`` on every trade."""
+    book = pl.Struct({"fetched_at": UTC_MS, **{f: pl.Float64 for f in BOOK_FIELDS[1:]}})
+    entry: pl.Expr
+    exit_: pl.Expr
+    if fetches is None:
+        entry = pl.when(pl.col("entry_at").is_not_null()).then(pl.lit(fixed))
+        exit_ = pl.when(pl.col("exit_at").is_not_null()).then(pl.lit(fixed))
+        labels = labels.with_columns(
+            pl.lit(None, book).alias("entry_market"),
+            pl.lit(None, book).alias("exit_market"),
+        )
+    else:
+        labels = labels.with_columns(
+            books_at(fetches, labels, "entry_at").alias("entry_market"),
+            books_at(fetches, labels, "exit_at").alias("exit_market"),
+        )
+        assert notional is not None
+        side = pl.col("entry_market").struct
+        entry = one_way(side.field("half_spread"), side.field("depth_usd_positive_two"), notional)
+        side = pl.col("exit_market").struct
+        exit_ = one_way(side.field("half_spread"), side.field("depth_usd_negative_two"), notional)
+    return (
+        labels.with_columns(
+            pl.lit(notional, pl.Float64).alias("notional"), entry.alias("entry_cost"), exit_.alias("exit_cost")
+        )
+        .with_columns(net_long(pl.col("forward_return"), pl.col("entry_cost"), pl.col("exit_cost")).alias("net_return"))
+        .select(*[c for c in labels.columns if c not in COST_COLUMNS], *COST_COLUMNS)
+    )
 
 
 def _with_path(labels: pl.DataFrame, rounds: pl.DataFrame) -> pl.DataFrame:

@@ -10,6 +10,20 @@ import polars as pl
 UTC_MS = pl.Datetime("ms", "UTC")
 #: The columns of a universe: one row per stretch of a token's membership at one rank.
 UNIVERSE_SCHEMA = {"token": pl.String(), "valid_from": UTC_MS, "valid_to": UTC_MS, "rank": pl.Int64()}
+#: The column of a universe that says how it was chosen (`universe`'s rule, in words).
+RULE = "rule"
+#: What labels say of a universe given without a rule (typed or filtered by hand).
+NO_RULE = "given without a rule"
+
+
+def rule_of(frame: Any) -> str:
+    """How a universe was chosen: its ``rule`` column's text (several joined), or `NO_RULE`."""
+    if isinstance(frame, pl.LazyFrame):
+        frame = frame.collect()
+    if not isinstance(frame, pl.DataFrame) or RULE not in frame.columns:
+        return NO_RULE
+    texts = sorted(text for text in frame[RULE].unique().to_list() if text)
+    return " | ".join(texts) if texts else NO_RULE
 
 
 def check_universe(frame: Any) -> pl.DataFrame:
