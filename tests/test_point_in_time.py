@@ -106,6 +106,10 @@ def test_asof_equals_a_brute_force_filter_per_moment(history: Path, frame: str) 
     assert found.height == expected.height > 0
     assert found.equals(expected), (found, expected)
     assert (found["first_seen_at"] <= found["at"]).all()
+    # The lazy plan (one query over every candle) answers what the eager read (the fetches that
+    # first showed a current candle) answers.
+    planned = defilens.asof(history, moments, frame=frame, lazy=True).collect()
+    assert planned.equals(expected), (planned, expected)
 
 
 def test_asof_of_patterns_equals_a_brute_force_filter_per_moment(history: Path) -> None:
