@@ -84,3 +84,8 @@ def checked_keywords(function: F) -> F:
         return function(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def unknown_name(what: str, value: str, known: Sequence[str]) -> ValueError:
+    """The error for a name that is not one of ``known``: the closest one, and all of them."""
+    return ValueError(f"unknown {what} {value!r}{did_you_mean(value, known)}: the known ones are {', '.join(known)}")

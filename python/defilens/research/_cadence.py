@@ -20,9 +20,10 @@ import polars as pl
 
 from .._core import INTERVAL_MS
 from .._duration import format_duration, parse_every
+from .._names import unknown_name
 from .._storage import Root
 from ._rounds import LATE, RUNS_SCHEMA, runs_made
-from ._scope import CANDLE_INTERVALS, _unknown
+from ._scope import CANDLE_INTERVALS
 
 #: The shortest candle with a close time, in milliseconds.
 SHORTEST_CANDLE_MS = min(INTERVAL_MS[interval] for interval in CANDLE_INTERVALS)
@@ -75,7 +76,7 @@ def expectations(expect: Expect) -> Dict[str, Rule]:
                         f"{interval} has no candle time (the service's ta_updated has none for {interval}), so the "
                         f"audit counts no {interval} closes: expect one of {', '.join(CANDLE_INTERVALS)}"
                     )
-                raise _unknown("interval", interval, CANDLE_INTERVALS)
+                raise unknown_name("interval", interval, CANDLE_INTERVALS)
             rules[interval] = _rule(value, f"expect[{interval!r}]")
         return rules
     return dict.fromkeys(INTERVAL_MS, _rule(expect, "expect"))

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import polars as pl
 
-from ._labels import _duration
+from .._duration import positive_duration
 
 #: The columns of `Evaluation.episodes`: one row an episode.
 EPISODE_COLUMNS = ("episode", "token", "start", "end", "events")
@@ -26,7 +26,7 @@ def episode_gap_of(value: Any, spacing: Optional[dt.timedelta]) -> dt.timedelta:
             f"of one episode), got {type(value).__name__}: {value!r}"
         )
     try:
-        return _duration("episode_gap", value)
+        return positive_duration("episode_gap", value)
     except ValueError as error:
         raise ValueError(f"{error} (the longest time between two events of one episode)") from None
 

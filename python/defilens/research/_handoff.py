@@ -13,9 +13,10 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 import polars as pl
 
+from .._duration import positive_duration
 from .._storage import PathLike
 from ..history import open_for_reading
-from ._labels import Horizon, _duration, entries_of, fetched_prices
+from ._labels import Horizon, entries_of, fetched_prices
 from ._rounds import ON_TIME, Rounds, rounds_made
 
 UTC_MS = pl.Datetime("ms", "UTC")
@@ -43,7 +44,7 @@ def _rounds(
 ) -> Rounds:
     root = open_for_reading(source, storage_options)
     prices = fetched_prices(root, tokens, price)
-    return rounds_made(root, prices, _duration("cadence", cadence) if cadence is not None else None)
+    return rounds_made(root, prices, positive_duration("cadence", cadence) if cadence is not None else None)
 
 
 def _wide_prices(pd: Any, made: Rounds) -> Any:
@@ -173,7 +174,7 @@ def to_vectorbt(
         if column not in frame.columns:
             hint = " (label the signals with defilens.forward_returns first)" if column != signal else ""
             raise ValueError(f"labels has no {column!r} column{hint}; its columns are {', '.join(frame.columns)}")
-    wanted = _duration("horizon", horizon)
+    wanted = positive_duration("horizon", horizon)
     chosen = frame.filter((pl.col("horizon") == wanted) & pl.col("forward_return").is_not_null())
     if signal is not None:
         if frame.schema[signal] != pl.Boolean:

@@ -18,7 +18,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 import polars as pl
 
 from .._core import INTERVAL_MS
-from .._duration import format_duration, parse_every
+from .._duration import format_duration, positive_duration
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from ..history import history_cut, open_for_reading, scan_table
@@ -53,18 +53,6 @@ PATH_COLUMNS = ["max_return", "min_return"]
 COST_COLUMNS = ["notional", "entry_cost", "exit_cost", "net_return", "entry_market", "exit_market"]
 
 
-def _duration(what: str, value: Any) -> dt.timedelta:
-    if isinstance(value, dt.timedelta):
-        duration = value
-    elif isinstance(value, str):
-        duration = dt.timedelta(seconds=parse_every(value, what))
-    else:
-        raise TypeError(f"{what} must be a duration such as '4h' or a timedelta, got {type(value).__name__}: {value!r}")
-    if duration <= dt.timedelta(0):
-        raise ValueError(f"{what} must be positive, got {value!r}")
-    return duration
-
-
 def horizons_of(horizons: Union[Horizon, Sequence[Horizon]]) -> List[dt.timedelta]:
     """The horizons as timedeltas, each once, in increasing order."""
     if isinstance(horizons, (str, dt.timedelta)):
@@ -79,7 +67,7 @@ def horizons_of(horizons: Union[Horizon, Sequence[Horizon]]) -> List[dt.timedelt
             ) from None
     if not given:
         raise ValueError("horizons is empty: name at least one, such as ['1h', '4h', '24h']")
-    return sorted({_duration("horizon", value) for value in given})
+    return sorted({positive_duration("horizon", value) for value in given})
 
 
 def fetched_prices(root: Any, tokens: Optional[Sequence[str]], price: str) -> pl.DataFrame:
@@ -138,7 +126,7 @@ def decision_times(
         scope_of("indicators", intervals=interval)  # words the error for an unknown interval
     length = dt.timedelta(milliseconds=INTERVAL_MS[interval])
     observed = isinstance(offset, str) and offset.strip().lower() == OBSERVED
-    shift = dt.timedelta(0) if observed or offset == dt.timedelta(0) else _duration("offset", offset)
+    shift = dt.timedelta(0) if observed or offset == dt.timedelta(0) else positive_duration("offset", offset)
     if shift >= length:
         raise ValueError(f"offset {offset!r} is a whole {interval} candle or more: give less than {interval}")
     root = open_for_reading(source, storage_options)
@@ -294,7 +282,7 @@ def forward_returns(
     share of each trade (0.001: 10 basis points), as vectorbt's ``fees``.
     """
     horizon_list = horizons_of(horizons)
-    delay = None if entry_delay is None else _duration("entry_delay", entry_delay)
+    delay = None if entry_delay is None else positive_duration("entry_delay", entry_delay)
     size = None if notional is None else notionals_of(notional)[0]
     if notional is not None and isinstance(notional, (list, tuple, pl.Series)):
         raise TypeError(
@@ -329,7 +317,7 @@ def forward_returns(
     tokens = frame["token"].unique().to_list()
     fetches = fetches_of(root, tokens) if size is not None and fixed is None else None
     prices = fetched_prices(root, tokens, price)
-    made = rounds_made(root, prices, _duration("cadence", cadence) if cadence is not None else None)
+    made = rounds_made(root, prices, positive_duration("cadence", cadence) if cadence is not None else None)
     if made.rounds.height < 2:
         raise HistoryError("the history holds one round only: a forward return needs at least two")
     shortest = made.rounds["every"].min()

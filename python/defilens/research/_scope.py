@@ -4,12 +4,12 @@ checked against the field catalogue and turned into filters that reach the Delta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import polars as pl
 
 from .._core import FAMILY_INTERVALS, INTERVAL_MS, INTERVALS, empty_frames
-from .._names import check_interval, did_you_mean
+from .._names import check_interval, did_you_mean, unknown_name
 
 #: The frames whose rows belong to a candle, and the column that names a series in each.
 CANDLE_FRAMES: Dict[str, str] = {"indicators": "indicator", "signals": "indicator", "patterns": "family"}
@@ -55,10 +55,6 @@ def _texts(what: str, values: Names) -> Optional[Tuple[str, ...]]:
     if not texts:
         raise ValueError(f"{what} is empty: give at least one, or None for all")
     return tuple(dict.fromkeys(texts))
-
-
-def _unknown(what: str, value: str, known: Sequence[str]) -> ValueError:
-    return ValueError(f"unknown {what} {value!r}{did_you_mean(value, known)}: the known ones are {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +114,7 @@ def scope_of(
         known_columns = [name for name in empty_frames()["snapshot"].columns if name not in _SNAPSHOT_KEYS]
         for column in chosen:
             if column not in known_columns:
-                raise _unknown("snapshot column", column, known_columns)
+                raise unknown_name("snapshot column", column, known_columns)
         return Scope(frame, token_ids, None, None, chosen)
     if columns is not None:
         raise ValueError(f"columns= is for the snapshot; {frame} has its values in value")
@@ -130,7 +126,7 @@ def scope_of(
     known = CATALOGUE[frame]
     for name in names or ():
         if name not in known:
-            raise _unknown("indicator" if frame != "patterns" else "pattern family", name, list(known))
+            raise unknown_name("indicator" if frame != "patterns" else "pattern family", name, list(known))
     offered = [interval for interval in INTERVALS if any(interval in known[name] for name in names or known)]
     for interval in interval_names or ():
         check_interval(interval)

@@ -12,13 +12,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import polars as pl
 
 from .._core import empty_frames
+from .._duration import positive_duration
+from .._names import unknown_name
 from .._storage import PathLike, Root
 from ..history import open_for_reading, scan_table
 from ._asof import Moments, moments_of
-from ._labels import Horizon, _duration
+from ._labels import Horizon
 from ._markets import FETCH_COLUMNS, markets_fetches
 from ._membership import RULE, UNIVERSE_SCHEMA, UTC_MS, check_universe, member_rows
-from ._scope import _unknown
 
 #: The columns of `members`.
 MEMBERS_SCHEMA = {"at": UTC_MS, "token": pl.String(), "rank": pl.Int64()}
@@ -45,7 +46,7 @@ def _check(top: Any, by: Any, descending: Optional[bool]) -> bool:
         raise TypeError(f"by must be the name of a snapshot column, got {type(by).__name__}")
     columns = _ordered_columns()
     if by not in columns:
-        raise _unknown("snapshot column", by, list(columns))
+        raise unknown_name("snapshot column", by, list(columns))
     dtype = columns[by]
     if not (dtype.is_numeric() or isinstance(dtype, pl.Datetime)):
         numeric = [name for name, kind in columns.items() if kind.is_numeric()]
@@ -101,7 +102,7 @@ def _check_rule(exclude: Any, where: Any) -> Tuple[List[str], Optional[pl.Expr]]
     known = _rule_columns()
     for name in combined.meta.root_names():
         if name != "token" and name not in known:
-            raise _unknown("column in where", name, ["token", *known])
+            raise unknown_name("column in where", name, ["token", *known])
     sample = pl.DataFrame(schema={"token": pl.String(), **{name: dtype for name, (_, dtype) in known.items()}})
     try:
         dtype = sample.select(combined.alias("_rule")).schema["_rule"]
@@ -177,7 +178,7 @@ def universe(
     descend = _check(top, by, descending)
     ids, rule = _check_rule(exclude, where)
     text = rule_text(top, by, ids, rule)
-    lapse = None if max_age is None else _duration("max_age", max_age)
+    lapse = None if max_age is None else positive_duration("max_age", max_age)
     root = open_for_reading(source, storage_options)
     named = _rule_columns()
     wanted = [] if rule is None else [name for name in dict.fromkeys(rule.meta.root_names()) if name != "token"]
