@@ -12,6 +12,7 @@ from . import _core
 from ._exceptions import DefiLensWarning
 from ._frames import Frames
 from ._stack import stacklevel_outside
+from ._time import aware
 
 __all__ = ["parse_token", "parse_tokens", "parse_markets"]
 
@@ -23,9 +24,7 @@ def _fetched_at_ms(fetched_at: When) -> Optional[int]:
     if fetched_at is None:
         return None
     if isinstance(fetched_at, dt.datetime):
-        if fetched_at.tzinfo is None:  # naive means UTC, as everywhere in defilens
-            fetched_at = fetched_at.replace(tzinfo=dt.timezone.utc)
-        return int(fetched_at.timestamp() * 1000)
+        return int(aware(fetched_at).timestamp() * 1000)
     if isinstance(fetched_at, int) and not isinstance(fetched_at, bool):
         return fetched_at
     raise TypeError(f"fetched_at must be a datetime or milliseconds since the epoch, got {type(fetched_at).__name__}")

@@ -13,12 +13,12 @@ from .._exceptions import DefiLensWarning, HistoryError
 from .._frames import INTERVAL
 from .._stack import stacklevel_outside
 from .._storage import PathLike
+from .._time import UTC_MS, aware
 from ..history import State, open_for_reading, scan_table, state
 from ._membership import within
 from ._panel import _CLOSE, closes, fetches_table, name_absent_tokens, panel_of
 from ._scope import CATALOGUE, Names, Scope, candle_times, scope_of
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: Decision times this far past the history's last fetch get a warning: their values are old.
 STALE_AFTER = dt.timedelta(days=1)
 
@@ -51,8 +51,8 @@ def moments_of(at: Moments) -> pl.DataFrame:
     for value in values:
         if not isinstance(value, dt.datetime):
             raise TypeError(f"at must be a datetime or a sequence of them, got {type(value).__name__}: {value!r}")
-    aware = [v if v.tzinfo is not None else v.replace(tzinfo=dt.timezone.utc) for v in values]  # naive means UTC
-    moments = pl.DataFrame({"at": aware}).with_columns(pl.col("at").cast(UTC_MS))
+    utc = [aware(v) for v in values]
+    moments = pl.DataFrame({"at": utc}).with_columns(pl.col("at").cast(UTC_MS))
     repeated = moments.filter(pl.col("at").is_duplicated())
     if repeated.height:
         raise ValueError(

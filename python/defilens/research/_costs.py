@@ -34,11 +34,11 @@ import polars as pl
 
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
+from .._time import UTC_MS
 from ..history import open_for_reading
 from ._asof import Moments, moments_of
 from ._markets import markets_fetches
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: The band the markets endpoint reports depth within: 2% either side of the price.
 BAND = 0.02
 #: The fields of a label's ``entry_market`` and ``exit_market``: what the cost was read from.

@@ -34,6 +34,7 @@ from .._frames import INTERVAL
 from .._progress import progress_callback
 from .._stack import stacklevel_outside
 from .._storage import Root, one_line
+from .._time import UTC_MS
 from ..history import AUDIT_CACHE, PARTITION, append_table, load_ours, read_table, restore
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ BATCH_ROWS = 1_000_000
 #: How many indicator rows' summaries are kept at once (one append to each summary table): what a
 #: crash can cost, and a commit each table for every so many rows.
 KEEP_ROWS = 10_000_000
-
-UTC_MS = pl.Datetime("ms", "UTC")
 
 
 def step() -> pl.Expr:

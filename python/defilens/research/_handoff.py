@@ -15,11 +15,11 @@ import polars as pl
 
 from .._duration import positive_duration
 from .._storage import PathLike
+from .._time import UTC_MS
 from ..history import open_for_reading
 from ._labels import Horizon, entries_of, fetched_prices
 from ._rounds import ON_TIME, Rounds, rounds_made
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: vectorbt's simulations that numba compiles without its on-disk cache (``@njit`` without
 #: ``cache=True``): seconds to half a minute in every new process. They take arrays only, so
 #: numba can keep them on disk; `to_vectorbt` turns that on.

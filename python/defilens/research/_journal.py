@@ -15,9 +15,9 @@ import polars as pl
 from .._exceptions import DefiLensWarning
 from .._stack import stacklevel_outside
 from .._storage import PathLike, Root, one_line
+from .._time import UTC_MS
 from ..history import JOURNAL, append_table, history_cut, open_for_reading, read_table
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: A journal's columns: when (the wall clock), which signal (its column's name, and ``fingerprint``
 #: the hash of its values), how it was judged.
 JOURNAL_SCHEMA: Dict[str, pl.DataType] = {

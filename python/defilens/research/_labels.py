@@ -21,13 +21,13 @@ from .._core import INTERVAL_MS
 from .._duration import format_duration, positive_duration
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root
+from .._time import UTC_MS, aware
 from ..history import history_cut, open_for_reading, scan_table
 from ._costs import BOOK_FIELDS, books_at, fetches_of, fixed_cost_of, net_long, notionals_of, one_way
 from ._membership import rule_of, within
 from ._rounds import ON_TIME, rounds_made
 from ._scope import CANDLE_INTERVALS, scope_of
 
-UTC_MS = pl.Datetime("ms", "UTC")
 Horizon = Union[str, dt.timedelta]
 
 #: Why a label is null: each is counted in the evaluation.
@@ -186,7 +186,7 @@ def _observed(
 def _aware(moment: Any, what: str) -> dt.datetime:
     if not isinstance(moment, dt.datetime):
         raise TypeError(f"{what} must be a datetime, got {type(moment).__name__}: {moment!r}")
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+    return aware(moment)
 
 
 def entries_of(decisions: pl.DataFrame, rounds: pl.DataFrame, *, strict: bool) -> pl.DataFrame:

@@ -23,9 +23,9 @@ import polars as pl
 from .._exceptions import HistoryError
 from .._read_guard import guarded
 from .._storage import PathLike, Root
+from .._time import UTC_MS, aware
 from ..history import history_cut_at, open_for_reading, scan_table
 
-UTC_MS = pl.Datetime("ms", "UTC")
 Study = Callable[[Any], Union[pl.DataFrame, pl.LazyFrame]]
 #: The columns a row's claimed moment is read from, in order of preference.
 KNOWABLE_COLUMNS = ("at", "first_seen_at", "fetched_at")
@@ -216,7 +216,7 @@ def _checked(
     if isinstance(cuts, int):
         pairs = cut_moments(root, whole.select(claimed)[knowable], cuts)
     else:
-        given = [m if m.tzinfo is not None else m.replace(tzinfo=dt.timezone.utc) for m in cuts]
+        given = [aware(m) for m in cuts]
         if not given:
             raise ValueError("cuts is empty: give a number of cuts or the moments to cut at")
         pairs = [(moment, moment) for moment in given]

@@ -10,9 +10,9 @@ from typing import Dict, Optional, Sequence
 import polars as pl
 
 from .._storage import Root
+from .._time import UTC_MS
 from ..history import scan_table
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: What a markets fetch gives, per (token, fetched_at), besides those keys.
 FETCH_COLUMNS: Dict[str, pl.DataType] = {
     "venues": pl.Int64(),  # exchanges listing the token

@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 
 import polars as pl
 
-UTC_MS = pl.Datetime("ms", "UTC")
+from .._time import UTC_MS
+
 #: The columns of a universe: one row per stretch of a token's membership at one rank.
 UNIVERSE_SCHEMA = {"token": pl.String(), "valid_from": UTC_MS, "valid_to": UTC_MS, "rank": pl.Int64()}
 #: The column of a universe that says how it was chosen (`universe`'s rule, in words).

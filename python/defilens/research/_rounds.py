@@ -22,9 +22,9 @@ from typing import Dict, Optional
 import polars as pl
 
 from .._storage import Root
+from .._time import UTC_MS
 from ..history import history_cut, rounds, runs
 
-UTC_MS = pl.Datetime("ms", "UTC")
 #: How much further apart than its cadence a run's rounds (or a token's fetches) may be before
 #: the rounds between count as not made: a slow round or a late fetch within one is not.
 LATE = 1.5
