@@ -94,6 +94,12 @@ COMMIT_BACKOFF = (0.05, 2.0)
 COMMIT_THREADS = "defilens-commit"
 
 
+def commits_in_flight() -> bool:
+    """Whether a commit's calls into delta-rs or obstore are still under way in their threads (a
+    collector stopped at once leaves them unfinished: a process exiting now would wait for them)."""
+    return any(thread.name.startswith(COMMIT_THREADS) and thread.is_alive() for thread in threading.enumerate())
+
+
 def frame_schema(name: str) -> Dict[str, pl.DataType]:
     """A table's columns as `scan` gives them (the frame's, ``fetched_at``, ``date``)."""
     return dict(_frame_schemas()[name])
