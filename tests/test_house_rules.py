@@ -55,6 +55,24 @@ def test_a_binding_calling_up_into_python_and_a_circle_are_caught(tmp_path: Path
     assert "Python modules import each other in a circle: defilens._frames <-> defilens._parsing" in run.stderr
 
 
+def test_type_only_and_parenthesised_imports_are_edges(tmp_path: Path) -> None:
+    """A module typed against another knows its insides: a `TYPE_CHECKING` import is an edge, and
+    so is an import in parentheses (a regex read neither, and let the circle client -> history ->
+    client through type-only imports pass)."""
+    copy = _copy(tmp_path)
+    settings = copy / "python" / "defilens" / "history" / "_settings.py"
+    settings.write_text(
+        settings.read_text()
+        + "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .._client import Client\n"
+    )
+    frames = copy / "python" / "defilens" / "_frames.py"
+    frames.write_text(frames.read_text() + "\nfrom ._parsing import (\n    parse_token,\n)\n")
+    run = _check(copy)
+    assert run.returncode == 1
+    assert "defilens._client" in run.stderr and "defilens.history._settings" in run.stderr, run.stderr
+    assert "Python modules import each other in a circle: defilens._frames <-> defilens._parsing" in run.stderr
+
+
 def test_a_circle_through_super_super_is_caught(tmp_path: Path) -> None:
     """`super::super::x` names the grandparent's `x` (as rustc resolves it), and a module using
     its child's items is an edge too: a circle through either is caught."""

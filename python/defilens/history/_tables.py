@@ -28,8 +28,6 @@ from ._panics import engine_writes, quiet_panics
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-    from ._fence import Fence
-
 #: The table of response bodies that ``collect(raw=True)`` keeps beside the frames.
 RAW = "raw"
 #: Every table a history can hold, in the order rounds are committed to them.
@@ -271,6 +269,13 @@ def check_ours(table: "DeltaTable", name: str, uri: str, advice: str = WRITER_AD
             )
     with _OURS_LOCK:
         _OURS.add(key)
+
+
+class Fence(Protocol):
+    """A writer's right to commit (`_fence.Fence`), as a commit asks it: the table to commit
+    from, once it shows the writer's token (or `_fence.TakenOver`)."""
+
+    def admit(self, name: str, table: "DeltaTable") -> "DeltaTable": ...
 
 
 class Recorded(Protocol):
