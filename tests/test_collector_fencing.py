@@ -22,7 +22,7 @@ import pytest
 from history_checks import assert_whole_rounds
 
 import defilens
-from defilens.history import _collect, _liveness
+from defilens.history import _collect, _lease, _liveness
 from defilens.history._root import root_of
 from defilens.history._rounds import round_of_fetch
 from defilens.history._spool import Spool
@@ -177,10 +177,10 @@ def test_a_store_clock_that_jumps_cannot_make_a_collector_skip_rounds_on_s3(
     try:
         assert paused.wait(120)
         started = time.monotonic()
-        real = _liveness._LeaseRunning._store_now
-        monkeypatch.setattr(_liveness._LeaseRunning, "_store_now", lambda self: real(self) + dt.timedelta(seconds=120))
+        real = _lease.StoreClock.now
+        monkeypatch.setattr(_lease.StoreClock, "now", lambda clock: real(clock) + dt.timedelta(seconds=120))
         assert _collect_rounds(root, 2, "2026-01-05T00:00:00Z", s3, collector_id="shard") == 2
-        monkeypatch.setattr(_liveness._LeaseRunning, "_store_now", real)
+        monkeypatch.setattr(_lease.StoreClock, "now", real)
         time.sleep(max(0.0, 10 - (time.monotonic() - started)))  # a real pause of 10 s in all
     finally:
         resume.set()

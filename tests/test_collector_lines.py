@@ -398,14 +398,14 @@ def test_a_lease_is_renewed_and_a_holder_that_stalled_past_it_stops(
     s3: Dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_liveness, "LEASE", dt.timedelta(seconds=3))  # renewed every second
+    monkeypatch.setattr(_liveness, "LEASE", dt.timedelta(seconds=3))  # renewed every 0.75 s
     root = root_of(f"{bucket}/history", s3)
     with collector_running(root, "a") as first:
         time.sleep(4.5)  # past the lease: only its renewals keep it
         with pytest.raises(defilens.HistoryError, match="'a' is in use"), collector_running(root, "a"):
             pass
         first.check()
-        first._stop.set()  # type: ignore[attr-defined]  # the holder stalls: no renewal any more
+        first.lease.stopped.set()  # type: ignore[attr-defined]  # the holder stalls: no renewal any more
         time.sleep(4.5)
         with collector_running(root, "a"), pytest.raises(defilens.HistoryError, match="'a' was taken over"):
             first.check()

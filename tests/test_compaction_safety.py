@@ -23,7 +23,7 @@ from history_checks import assert_whole_rounds
 from s3_server import client as _client
 
 import defilens
-from defilens.history import TABLES, _compact, _lock
+from defilens.history import TABLES, _compact, _lease, _lock
 from defilens.history._layout import COMPACTION_LOCK
 from defilens.testing import Sandbox
 
@@ -270,8 +270,8 @@ def test_a_takeover_while_the_holder_still_runs_cannot_double_rows_on_s3(
     monkeypatch.setattr(_compact, "_before_commit", pause)
     thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))
     assert pause.reached.wait(120)
-    real = _lock._store_now
-    monkeypatch.setattr(_lock, "_store_now", lambda store: real(store) + dt.timedelta(minutes=11))
+    real = _lease.StoreClock.now
+    monkeypatch.setattr(_lease.StoreClock, "now", lambda clock: real(clock) + dt.timedelta(minutes=11))
     report = defilens.compact(root, storage_options=s3, sort=False)
     assert report["files_removed"] > 0
     pause.release()
@@ -295,14 +295,14 @@ def test_a_lost_renewal_stops_the_compaction_before_its_next_commit(
     before = _rows(root, s3)
     monkeypatch.setattr(_lock, "LEASE", dt.timedelta(seconds=3))
     failing = threading.Event()
-    real_put = _lock._put
+    real_put = _lease._put
 
-    def put(store, body, mode):  # the store stops taking the renewals (a network gone, a full quota)
+    def put(store, path, body, mode):  # the store stops taking the renewals (a network gone, a full quota)
         if failing.is_set():
             raise OSError("connection reset by the test")
-        return real_put(store, body, mode)
+        return real_put(store, path, body, mode)
 
-    monkeypatch.setattr(_lock, "_put", put)
+    monkeypatch.setattr(_lease, "_put", put)
     pause = Pause("fence", "snapshot")
     monkeypatch.setattr(_compact, "_before_commit", pause)
     thread, outcome = _in_thread(lambda: defilens.compact(root, storage_options=s3, sort=False))

@@ -118,6 +118,33 @@ def test_a_failed_packing_is_warned_about_once_and_collecting_goes_on(
     assert defilens.scan(root, "snapshot").collect().height == 29 * len(IDS)
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ModuleNotFoundError("No module named 'fcntl'"),  # the lock's import on Windows before issue 48
+        RuntimeError("a panic in the engine"),
+        PermissionError(13, "Permission denied"),
+    ],
+    ids=["import", "engine", "os"],
+)
+def test_any_failure_of_packing_is_one_warning_and_collecting_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException
+) -> None:
+    """Not only a `HistoryError`: whatever packing raises, the collector warns once and goes on."""
+
+    def failing(root, now):  # type: ignore[no-untyped-def]
+        raise failure
+
+    monkeypatch.setattr(_upkeep, "pack_closed_days", failing)
+    root = str(tmp_path / "h")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _collect(root, 20) == 20  # two days close
+    said = [str(w.message) for w in caught if issubclass(w.category, defilens.DefiLensWarning)]
+    assert len(said) == 1 and "could not pack the closed days" in said[0] and str(failure) in said[0], said
+    assert defilens.scan(root, "snapshot").collect().height == 20 * len(IDS)
+
+
 def w_points_here(caught: List[warnings.WarningMessage]) -> bool:
     """The warning names the caller's file, not the collector's thread."""
     return any(Path(w.filename).name == Path(__file__).name for w in caught)

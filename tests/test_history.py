@@ -317,6 +317,7 @@ def test_a_bad_root_is_refused_before_any_request(tmp_path: Path, out: str, mess
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="/proc is Linux's")
 def test_a_root_that_is_a_file_or_cannot_be_made_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with Sandbox() as sandbox:
@@ -353,6 +354,7 @@ def test_scan_of_nothing_and_of_a_table_never_written(tmp_path: Path, history: P
         defilens.scan(history, "candles")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) is POSIX's")
 def test_a_failing_disk_leaves_the_tables_at_their_last_version_and_the_next_run_goes_on(tmp_path: Path) -> None:
     """A file size limit makes every write past a few kilobytes fail as a full disk would."""
     root = tmp_path / "h"

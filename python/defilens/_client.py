@@ -5,17 +5,19 @@ from __future__ import annotations
 import datetime
 import os
 import warnings
-from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Tuple, Union
+from typing import Any, Iterable, Literal, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import polars as pl
 
 from . import _core
+from ._clock import WALL_CLOCK, Clock, SandboxElsewhere
 from ._exceptions import DefiLensError, DefiLensWarning
 from ._frames import Frames, _from_core
-from ._names import checked_keywords
+from ._names import check_token_type, checked_keywords, token_list
 from ._progress import progress_callback
 from ._stack import stacklevel_outside
+from .history import collect as collect_into_history
 
 __all__ = ["Client", "AsyncClient", "DEFAULTS", "DEFAULT_BASE_URL"]
 
@@ -30,44 +32,6 @@ TokenIds = Union[str, Iterable[str]]
 
 def _is_loopback(url: str) -> bool:
     return _core.is_loopback(url)
-
-
-def _token_list(token_ids: TokenIds) -> "list[str]":
-    if isinstance(token_ids, str):
-        token_ids = [token_ids]
-    elif isinstance(token_ids, (bytes, bytearray)):
-        raise TypeError("token ids must be str, got bytes")
-    try:
-        ids = list(token_ids)
-    except TypeError:
-        raise TypeError(f"token_ids must be a str or an iterable of str, got {type(token_ids).__name__}") from None
-    for token_id in ids:
-        _check_token_type(token_id)
-    return ids
-
-
-def _check_token_type(token_id: object) -> None:
-    if not isinstance(token_id, str):
-        raise TypeError(f"token ids must be str, got {type(token_id).__name__}: {token_id!r}")
-
-
-class _SandboxElsewhere:
-    """The clock source of a client that follows a Sandbox in another process (``clock="sandbox"``):
-    what `collect` asks of one (its speed), and a clear refusal to move a clock it does not own."""
-
-    #: `collect` cannot move this clock; asked to, it raises why.
-    movable = False
-
-    def __init__(self, url: str, speed: Optional[float]) -> None:
-        self.url = url
-        self.speed = speed
-
-    def advance(self, step: object) -> None:
-        raise ValueError(
-            f"the Sandbox at {self.url} stands still (started with --now and no --speed), and a collector cannot "
-            "move the clock of another process's Sandbox: start it with --speed (e.g. 60), or collect from a "
-            "Sandbox of its own (defilens collect --sandbox --now ..., or Client(base_url=sandbox) in Python)"
-        )
 
 
 class _BaseClient:
@@ -137,8 +101,10 @@ class _BaseClient:
                 RuntimeWarning,
                 stacklevel=stacklevel_outside(),
             )
-        self._clock_source: "Union[_core.Sandbox, _SandboxElsewhere, None]" = (
-            _SandboxElsewhere(base_url, self._engine.followed_clock_speed) if follow else sandbox
+        self._clock: Clock = (
+            SandboxElsewhere(base_url, self._engine.followed_clock_speed, self.now)
+            if follow
+            else (sandbox if sandbox is not None else WALL_CLOCK)
         )
         self._settings = {
             "base_url": base_url,
@@ -160,6 +126,14 @@ class _BaseClient:
         client was bound to (``clock=``), which is the time ``fetched_at`` is stamped with."""
         ms = self._engine.now_ms()
         return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+    @property
+    def clock(self) -> Clock:
+        """The client's clock: the wall clock (``speed`` None), or the simulated clock of the
+        Sandbox it was bound to (``clock=sandbox``, or a Sandbox given as ``base_url`` with a
+        simulated clock), or of the `defilens sandbox` it follows (``clock="sandbox"``). It has
+        ``now``, ``speed`` and ``advance``; `collect` waits for it and moves a still one."""
+        return self._clock
 
     @property
     def rate_limit_learned(self) -> Optional[float]:
@@ -267,7 +241,7 @@ class Client(_BaseClient):
     @checked_keywords
     def token(self, token_id: str, *, markets: bool = True) -> Frames:
         """Fetches one token (listing and, by default, markets) and raises on any failure."""
-        _check_token_type(token_id)
+        check_token_type(token_id)
         result = self._start([token_id], listing=True, markets=markets).wait()
         self._warn_about_the_cache()
         _raise_first_error(result)
@@ -276,7 +250,7 @@ class Client(_BaseClient):
     @checked_keywords
     def markets(self, token_id: str) -> pl.DataFrame:
         """Fetches one token's exchange markets; raises on failure."""
-        _check_token_type(token_id)
+        check_token_type(token_id)
         result = self._start([token_id], listing=False, markets=True).wait()
         self._warn_about_the_cache()
         _raise_first_error(result)
@@ -300,7 +274,7 @@ class Client(_BaseClient):
 
         Ctrl-C stops the batch within a fraction of a second; the client stays usable.
         """
-        frames = self._fetch(_token_list(token_ids), markets=markets, progress=progress)
+        frames = self._fetch(token_list(token_ids), markets=markets, progress=progress)
         _warn_if_everything_failed(frames)
         return frames
 
@@ -312,61 +286,9 @@ class Client(_BaseClient):
         self._warn_about_the_cache()
         return _from_core(result)
 
-    @checked_keywords
-    def collect(
-        self,
-        token_ids: TokenIds,
-        every: Union[str, float, "datetime.timedelta"],
-        *,
-        count: Optional[int] = None,
-        out: Union[str, "os.PathLike[str]"],
-        markets: bool = True,
-        on_round: Optional[Callable[[int, Frames], None]] = None,
-        progress: Optional[bool] = None,
-        max_failed_rounds: Optional[int] = None,
-        raw: bool = False,
-        compact: bool = False,
-        storage_options: Optional[Mapping[str, Any]] = None,
-        collector_id: Optional[str] = None,
-        universe: Optional[str] = None,
-    ) -> int:
-        """Polls ``token_ids`` every ``every`` (``"30s"``, ``"5m"``, ``"1h"``) into a history of
-        Delta tables at ``out``: `defilens.collect` with this client (read it with
-        `defilens.scan`). Needs the history extra (``pip install deltalake obstore``).
-
-        Every round lands exactly once in every table, also after a crash (the next run finishes
-        it); several collectors may write one history at once. Stops after ``count`` rounds
-        (``None``: until Ctrl-C) and returns the number of rounds committed; ``on_round(n,
-        frames)`` is called after each round is committed. ``raw=True`` also
-        keeps the response bodies (`defilens.reparse` rebuilds the frames from them);
-        The collector packs each closed day's small files itself; ``compact=True`` runs the
-        whole `defilens.compact` every hour as it goes instead. ``progress`` draws a bar over the
-        rounds (a round counter without ``count``; ``None``: on a terminal or in a notebook). ``out`` may be an object storage URL
-        (``s3://bucket/prefix``) with polars-style ``storage_options``. An authentication or
-        permission failure raises at once; ``max_failed_rounds`` (default 3) rounds in a row in
-        which every request failed raise the last error. ``collector_id`` names the collector
-        (default: a new random id a run; a running collector's id is refused). Every round
-        records the collector's settings, with ``universe``: the rule that chose the ids, as you
-        state it (`defilens.history.settings` reads them back).
-        """
-        from .history import DEFAULT_MAX_FAILED_ROUNDS, collect
-
-        return collect(
-            self,
-            _token_list(token_ids),
-            every,
-            count=count,
-            out=out,
-            markets=markets,
-            on_round=on_round,
-            progress=progress,
-            max_failed_rounds=DEFAULT_MAX_FAILED_ROUNDS if max_failed_rounds is None else max_failed_rounds,
-            raw=raw,
-            compact=compact,
-            storage_options=storage_options,
-            collector_id=collector_id,
-            universe=universe,
-        )
+    #: `defilens.collect` with this client as its first argument: one function, one signature
+    #: (``client.collect(ids, "5m", out="history/")``).
+    collect = collect_into_history
 
     def __enter__(self) -> "Client":
         return self
@@ -416,14 +338,14 @@ class AsyncClient(_BaseClient):
 
     async def token(self, token_id: str, *, markets: bool = True) -> Frames:
         """Fetches one token (listing and, by default, markets) and raises on any failure."""
-        _check_token_type(token_id)
+        check_token_type(token_id)
         result = await self._run([token_id], listing=True, markets=markets)
         _raise_first_error(result)
         return _from_core(result)
 
     async def markets(self, token_id: str) -> pl.DataFrame:
         """Fetches one token's exchange markets; raises on failure."""
-        _check_token_type(token_id)
+        check_token_type(token_id)
         result = await self._run([token_id], listing=False, markets=True)
         _raise_first_error(result)
         return result["markets"]
@@ -436,7 +358,7 @@ class AsyncClient(_BaseClient):
         progress: Optional[bool] = None,
     ) -> Frames:
         """Fetches many tokens concurrently; see `Client.fetch`."""
-        ids = _token_list(token_ids)
+        ids = token_list(token_ids)
         result = await self._run(ids, listing=True, markets=markets, progress=progress)
         frames = _from_core(result)
         _warn_if_everything_failed(frames)

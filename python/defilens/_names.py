@@ -6,9 +6,9 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
-__all__ = ["closest", "did_you_mean", "checked_keywords", "check_interval"]
+__all__ = ["closest", "did_you_mean", "checked_keywords", "check_interval", "token_list", "check_token_type"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,14 +56,15 @@ def did_you_mean(value: str, known: Sequence[str]) -> str:
 
 
 def checked_keywords(function: F) -> F:
-    """Makes a method refuse arguments it does not take with a `TypeError` that names what the
+    """Makes a method (or a function of a client, its first argument) refuse arguments it does not take with a `TypeError` that names what the
     user called (``Client()``, ``Client.fetch()``) and, for an unknown keyword, the closest valid
     one, instead of Python's message naming an internal function."""
     signature = inspect.signature(function)
+    receiver = next(iter(signature.parameters))  # ``self``, or ``client`` of a function made a method
     accepted = [
         name
         for name, parameter in signature.parameters.items()
-        if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD) and name != "self"
+        if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD) and name != receiver
     ]
 
     @functools.wraps(function)
@@ -89,3 +90,24 @@ def checked_keywords(function: F) -> F:
 def unknown_name(what: str, value: str, known: Sequence[str]) -> ValueError:
     """The error for a name that is not one of ``known``: the closest one, and all of them."""
     return ValueError(f"unknown {what} {value!r}{did_you_mean(value, known)}: the known ones are {', '.join(known)}")
+
+
+def token_list(token_ids: "Union[str, Iterable[str]]") -> List[str]:
+    """Token ids as a list, each a `str` (one id alone is a list of one), or a `TypeError`
+    before anything is sent."""
+    if isinstance(token_ids, str):
+        token_ids = [token_ids]
+    elif isinstance(token_ids, (bytes, bytearray)):
+        raise TypeError("token ids must be str, got bytes")
+    try:
+        ids = list(token_ids)
+    except TypeError:
+        raise TypeError(f"token_ids must be a str or an iterable of str, got {type(token_ids).__name__}") from None
+    for token_id in ids:
+        check_token_type(token_id)
+    return ids
+
+
+def check_token_type(token_id: object) -> None:
+    if not isinstance(token_id, str):
+        raise TypeError(f"token ids must be str, got {type(token_id).__name__}: {token_id!r}")

@@ -35,6 +35,20 @@ from ._tables import append_table as append_table
 from ._tables import read_table as read_table
 from ._tables import restore as restore
 
+# isort: split
+# What the command line (`defilens._cli`) asks of the history, beside the user's API: a root
+# checked before any request, a collector id checked, the second Ctrl-C of a commit and the
+# commits it left in flight, and the figures its help and reports show. Not in __all__.
+from ._collect import COMPACT_EVERY as COMPACT_EVERY
+from ._collect import InterruptedCommit as InterruptedCommit
+from ._collect import prepare as prepare
+from ._compact import DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET
+from ._compact import MIN_RETENTION as MIN_RETENTION
+from ._compact import format_bytes as format_bytes
+from ._liveness import check_collector_id as check_collector_id
+from ._retained import megabytes as megabytes
+from ._tables import commits_in_flight as commits_in_flight
+
 __all__ = [
     "collect",
     "scan",

@@ -11,11 +11,26 @@ import time
 import uuid
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    TypeVar,
+    Union,
+)
 
 from .. import _waiting
+from .._clock import Clock
 from .._duration import parse_every
 from .._exceptions import DefiLensWarning, HistoryError
+from .._names import checked_keywords, token_list
 from .._progress import ProgressCallback, progress_callback
 from .._stack import stacklevel_outside
 from .._storage import PathLike, Root
@@ -32,10 +47,21 @@ from ._tables import COMMIT_THREADS, TABLES, NumberTaken, commit_round, load
 from ._upkeep import Upkeep
 
 if TYPE_CHECKING:
-    from .._client import Client
     from .._frames import Frames
 
 T = TypeVar("T")
+
+
+class Source(Protocol):
+    """What `collect` asks of a client (`defilens.Client` is one): a batch of tokens fetched, and
+    the clock it keeps (`defilens.Client.clock`: ``now``, ``speed``, ``advance``), by which rounds
+    are scheduled and stamped."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def fetch(self, token_ids: List[str], *, markets: bool, progress: Optional[bool]) -> "Frames": ...
+
 
 #: Rounds in a row in which every request failed before `collect` gives up (with the last error).
 DEFAULT_MAX_FAILED_ROUNDS = 3
@@ -214,21 +240,20 @@ class _Schedule:
     moved it since the last round (``on_round=lambda n, f: sandbox.advance("1h")``): then the
     round starts at once, at the time it was moved to."""
 
-    def __init__(self, client: "Client", every: float) -> None:
+    def __init__(self, clock: Clock, every: float) -> None:
         self.every = every
-        self.sandbox = getattr(client, "_clock_source", None)
-        if self.sandbox is not None and self.sandbox.speed == 0 and not getattr(self.sandbox, "movable", True):
+        self.clock = clock
+        if clock.speed == 0 and not getattr(clock, "movable", True):
             # A still clock the collector cannot move (another process's Sandbox) says why now,
             # before a round is written.
-            self.sandbox.advance(every)
-        self.client = client
-        self.origin = time.monotonic() if self.sandbox is None else client.now()
+            clock.advance(every)
+        self.origin: Union[float, dt.datetime] = time.monotonic() if clock.speed is None else clock.now
         self.tick = 0
         self.last_start: Optional[dt.datetime] = None
 
     def wait_for_next_round(self) -> dt.datetime:
         """Waits until the next round is due and returns its start on the client's clock."""
-        if self.sandbox is None:
+        if self.clock.speed is None:
             return self._wall()
         return self._simulated()
 
@@ -241,14 +266,14 @@ class _Schedule:
         if delay > 0:
             _waiting.sleep(delay)
         self.tick += 1
-        return dt.datetime.now(dt.timezone.utc)
+        return self.clock.now
 
     def _simulated(self) -> dt.datetime:
-        assert isinstance(self.origin, dt.datetime) and self.sandbox is not None
-        now = self.client.now()
+        assert isinstance(self.origin, dt.datetime)
+        now = self.clock.now
         if self.last_start is None:
             self.origin = now  # the grid starts with the first round
-        elif now != self.last_start and self.sandbox.speed == 0:
+        elif now != self.last_start and self.clock.speed == 0:
             # Moved by somebody else since the last round: that move is the schedule.
             self.origin, self.tick = now, 0
         step = dt.timedelta(seconds=self.every)
@@ -257,12 +282,12 @@ class _Schedule:
             self.tick = max(self.tick, int(elapsed_ticks) + (0 if elapsed_ticks == int(elapsed_ticks) else 1))
         due = self.origin + self.tick * step
         while now < due:
-            speed = self.sandbox.speed
+            speed = self.clock.speed
             if not speed:
-                self.sandbox.advance(due - now)
+                self.clock.advance(due - now)
             else:
                 _waiting.sleep(max((due - now).total_seconds() / speed, 0.001))
-            now = self.client.now()
+            now = self.clock.now
         self.tick += 1
         self.last_start = now
         return now
@@ -286,9 +311,10 @@ def prepare(out: PathLike, storage_options: Optional[Mapping[str, Any]]) -> Root
     return root
 
 
+@checked_keywords
 def collect(
-    client: "Client",
-    token_ids: Iterable[str],
+    client: Source,
+    token_ids: Union[str, Iterable[str]],
     every: Union[str, float, dt.timedelta],
     *,
     count: Optional[int] = None,
@@ -296,7 +322,7 @@ def collect(
     markets: bool = True,
     on_round: Optional[Callable[[int, "Frames"], None]] = None,
     progress: Optional[bool] = None,
-    max_failed_rounds: int = DEFAULT_MAX_FAILED_ROUNDS,
+    max_failed_rounds: Optional[int] = DEFAULT_MAX_FAILED_ROUNDS,
     raw: bool = False,
     compact: bool = False,
     storage_options: Optional[Mapping[str, Any]] = None,
@@ -334,21 +360,25 @@ def collect(
     ``raw``, the clock, the version, the collector id, and ``universe``: the rule that chose the
     ids, as you state it, verbatim), read back with `defilens.history.settings`.
 
+    ``client`` is a `defilens.Client` (``client.collect(...)`` is this function): rounds start
+    and are stamped by its clock (`defilens.Client.clock`), and a simulated clock that stands
+    still is moved forward by the collector.
+
     Fails loudly: an authentication or permission failure raises at once, and
-    ``max_failed_rounds`` rounds in a row in which every request failed raise the last error.
-    Failures of single tokens never stop it. Needs the history extra (``pip install deltalake obstore``).
+    ``max_failed_rounds`` rounds in a row in which every request failed raise the last error
+    (``None``: `DEFAULT_MAX_FAILED_ROUNDS`). Failures of single tokens never stop it. Needs the history extra (``pip install deltalake obstore``).
     """
     interval = parse_every(every)
     _check_positive_int("count", count, none_ok=True)
+    if max_failed_rounds is None:
+        max_failed_rounds = DEFAULT_MAX_FAILED_ROUNDS
     _check_positive_int("max_failed_rounds", max_failed_rounds)
-    if isinstance(token_ids, str):
-        token_ids = [token_ids]
-    ids = list(token_ids)
+    ids = token_list(token_ids)
     if not ids:
         raise ValueError("collect needs at least one token id")
     app_id = new_collector_id() if collector_id is None else check_collector_id(collector_id)
     recorded = collector_settings(
-        client, ids, interval, markets=markets, raw=raw, collector=app_id, universe=check_universe(universe)
+        client.clock, ids, interval, markets=markets, raw=raw, collector=app_id, universe=check_universe(universe)
     )
     root = prepare(out, storage_options)
     # One bar over rounds (a counter without ``count``), not a request bar per round.
@@ -376,7 +406,7 @@ def collect(
 
 
 def _collect_rounds(
-    client: "Client",
+    client: Source,
     ids: List[str],
     interval: float,
     root: Root,
@@ -406,7 +436,7 @@ def _collect_rounds(
             stacklevel=stacklevel_outside(),
         )
     number = next_round(root, app_id) if first is None else first
-    schedule = _Schedule(client, interval)
+    schedule = _Schedule(client.clock, interval)
     kept = KeptTables(root)  # loaded once, brought up to date each round: a load grows with the table
     rounds = 0
     failed_in_a_row = 0
@@ -444,7 +474,7 @@ def _collect_rounds(
             from ._lock import Busy
 
             try:
-                compact_history(root.url, storage_options=storage_options, now=client.now())
+                compact_history(root.url, storage_options=storage_options, now=client.clock.now)
             except Busy:
                 pass  # another process is compacting this history: it does the work
             last_compacted = time.monotonic()

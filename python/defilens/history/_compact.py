@@ -59,6 +59,14 @@ def parse_bytes(value: Union[int, str], name: str) -> int:
     return int(number)
 
 
+def format_bytes(size: int) -> str:
+    """A size as `parse_bytes` reads it, in its largest whole unit: ``1GB``, ``512MB``, ``300KB``."""
+    for power, unit in ((4, "TB"), (3, "GB"), (2, "MB"), (1, "KB")):
+        if size % 1024**power == 0:
+            return f"{size // 1024**power}{unit}"
+    return f"{size}B"
+
+
 def _retention(value: Union[str, float, dt.timedelta]) -> dt.timedelta:
     retention = dt.timedelta(seconds=parse_every(value, "retention"))
     if retention < MIN_RETENTION:

@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 SPOOL = "_spool"
 #: Where spool entries that cannot be read as a round of this version are moved, their names kept.
 SET_ASIDE = "_spool/set_aside"
-#: A running collector's hold: a locked file locally, a lease object in object storage (`_liveness`).
+#: A running collector's hold (`_liveness`): a locked file locally, a lease object in object storage.
 COLLECTORS = "_defilens/collectors"
 #: The compaction lock (`_lock`): a locked file locally, a lease object in object storage.
 COMPACTION_LOCK = "_defilens/compaction.lock"
-#: An empty object a compaction writes to read the store's clock (its last-modified time).
-COMPACTION_CLOCK = "_defilens/compaction.clock"
+#: An empty object a lease's taker writes to read the store's clock (its last-modified time, `_lease`).
+STORE_CLOCK = "_defilens/store.clock"
 #: Present while `convert` is turning an old layout into tables (and after it was interrupted).
 CONVERTING = "_defilens/converting"
 #: Where compaction remembers the days it has sorted (`_compact`).

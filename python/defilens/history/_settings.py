@@ -13,18 +13,16 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import polars as pl
 
+from .._clock import Clock
 from .._core import __version__
 from .._storage import PathLike, Root
 from ._rounds import SETTINGS_KEY
 from ._scan import commits, open_for_reading
 from ._tables import load
-
-if TYPE_CHECKING:
-    from .._client import Client
 
 #: Up to this many ids are recorded by name; more are recorded by their count and hash alone
 #: (every table's commit of every round carries the settings).
@@ -55,7 +53,7 @@ def ids_hash(ids: Sequence[str]) -> str:
 
 
 def collector_settings(
-    client: "Client",
+    clock: Clock,
     ids: Sequence[str],
     every: float,
     *,
@@ -73,7 +71,7 @@ def collector_settings(
         "ids_hash": ids_hash(distinct),
         "markets": bool(markets),
         "raw": bool(raw),
-        "clock": "wall" if getattr(client, "_clock_source", None) is None else "simulated",
+        "clock": "wall" if clock.speed is None else "simulated",
         "version": __version__,
         "collector": collector,
         "universe": universe,

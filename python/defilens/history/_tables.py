@@ -28,8 +28,6 @@ from ._panics import engine_writes, quiet_panics
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-    from ._fence import Fence
-
 #: The table of response bodies that ``collect(raw=True)`` keeps beside the frames.
 RAW = "raw"
 #: Every table a history can hold, in the order rounds are committed to them.
@@ -92,6 +90,12 @@ COMMIT_BACKOFF = (0.05, 2.0)
 #: The names of the threads that commit a round (the command line waits for none of them after
 #: a second Ctrl-C).
 COMMIT_THREADS = "defilens-commit"
+
+
+def commits_in_flight() -> bool:
+    """Whether a commit's calls into delta-rs or obstore are still under way in their threads (a
+    collector stopped at once leaves them unfinished: a process exiting now would wait for them)."""
+    return any(thread.name.startswith(COMMIT_THREADS) and thread.is_alive() for thread in threading.enumerate())
 
 
 def frame_schema(name: str) -> Dict[str, pl.DataType]:
@@ -267,6 +271,13 @@ def check_ours(table: "DeltaTable", name: str, uri: str, advice: str = WRITER_AD
             )
     with _OURS_LOCK:
         _OURS.add(key)
+
+
+class Fence(Protocol):
+    """A writer's right to commit (`_fence.Fence`), as a commit asks it: the table to commit
+    from, once it shows the writer's token (or `_fence.TakenOver`)."""
+
+    def admit(self, name: str, table: "DeltaTable") -> "DeltaTable": ...
 
 
 class Recorded(Protocol):

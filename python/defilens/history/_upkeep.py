@@ -46,8 +46,9 @@ class LogKeeper:
 class DayPacker:
     """Packs the closed days of the collector's history once each day closes (and, at the first
     round, whatever days earlier runs left unpacked). A compaction holding the lock is left to do
-    it, and tried again `PACK_RETRY_ROUNDS` rounds later; a failure is warned about once and
-    collecting goes on (`defilens compact` packs what is left)."""
+    it, and tried again `PACK_RETRY_ROUNDS` rounds later; any other failure (an engine's, the
+    system's, a `HistoryError`) is warned about once and collecting goes on (`defilens compact`
+    packs what is left)."""
 
     def __init__(self, root: Root) -> None:
         self.root = root
@@ -69,10 +70,13 @@ class DayPacker:
         except Busy:
             self.wait_rounds = PACK_RETRY_ROUNDS
             return None
-        except HistoryError as error:
+        except Exception as error:  # whatever it is (an engine's, the system's), packing is housekeeping
             if not self.warned:
+                said = (
+                    one_line(error) if isinstance(error, HistoryError) else f"{type(error).__name__}: {one_line(error)}"
+                )
                 warning = (
-                    f"could not pack the closed days of {self.root.url!r} ({one_line(error)}); collecting goes on, and "
+                    f"could not pack the closed days of {self.root.url!r} ({said}); collecting goes on, and "
                     "`defilens compact` packs them"
                 )
                 self.warned = True
