@@ -17,6 +17,7 @@ import polars as pl
 from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root, one_line, require
+from .._time import aware
 from ._fence import ATTEMPTS, COMPACTION, epoch_of
 from ._layout import DELTA_LOG, SORTED, State, states
 from ._lock import Lease, LeaseLost, compaction_lock, took_over
@@ -134,9 +135,7 @@ def compact(
     retention_span = _retention(retention)
     budget = parse_bytes(memory_budget, "memory_budget")
     target = parse_bytes(target_size, "target_size")
-    now = now or dt.datetime.now(dt.timezone.utc)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.timezone.utc)
+    now = aware(now) if now is not None else dt.datetime.now(dt.timezone.utc)
     root = root_of(path, storage_options)
     found = states(root)
     if all(value is State.MISSING for value in found.values()):

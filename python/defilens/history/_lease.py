@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .._exceptions import HistoryError
 from .._storage import Root, one_line, require
+from .._time import aware
 from ._layout import STORE_CLOCK
 
 #: Whether locks take their Windows branch (a test sets it, with a fake ``msvcrt``, on Linux).
@@ -165,7 +166,7 @@ class StoreClock:
             obstore = require("obstore")
             try:
                 obstore.put(self.store, STORE_CLOCK, b"")
-                stamp = _utc(obstore.head(self.store, STORE_CLOCK)["last_modified"])
+                stamp = aware(obstore.head(self.store, STORE_CLOCK)["last_modified"])
             except Exception as error:  # obstore's errors, OSError
                 raise HistoryError(f"cannot write {self.root.url}/{STORE_CLOCK}: {one_line(error)}") from None
             self._read = (stamp, time.monotonic())
@@ -200,7 +201,7 @@ def find(root: Root, store: Any, path: str, length: dt.timedelta, clock: StoreCl
     fields = fields_of(body)
     left = 0.0
     if fields.get("released") is not True and not _gone_here(fields):
-        age = (clock.now() - _utc(meta["last_modified"])).total_seconds()
+        age = (clock.now() - aware(meta["last_modified"])).total_seconds()
         left = max(_length(fields, length) - age, 0.0)
     mode = {key: meta[key] for key in ("e_tag", "version") if meta.get(key) is not None}
     return Found(fields, str(fields.get("holder", ""))[:80], left, mode)
@@ -328,10 +329,6 @@ def _put(store: Any, path: str, body: bytes, mode: Any) -> Any:
 
 def _e_tag(result: Any) -> Optional[str]:
     return result.get("e_tag") if isinstance(result, dict) else getattr(result, "e_tag", None)
-
-
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
 
 
 def fields_of(body: bytes) -> Dict[str, Any]:

@@ -19,7 +19,8 @@ import polars as pl
 
 from .. import _core
 from .._frames import Frames
-from ._tables import FETCHED_AT, PARTITION, RAW, UTC_MS, frame_schema
+from .._time import UTC_MS
+from ._tables import FETCHED_AT, PARTITION, RAW, frame_schema
 
 #: The key of a round's commit info that holds the collector's settings, as JSON (read back by
 #: `defilens.history.settings`).

@@ -25,6 +25,7 @@ import polars as pl
 from .._exceptions import HistoryError
 from .._names import did_you_mean
 from .._storage import PathLike, Root, one_line, require
+from .._time import aware
 from ._info import INFO, changes_in
 from ._kept import kept_for_reading
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
@@ -72,9 +73,7 @@ def history_cut() -> Optional[dt.datetime]:
 
 def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
     if as_of is None or isinstance(as_of, dt.datetime):
-        if isinstance(as_of, dt.datetime) and as_of.tzinfo is None:
-            return as_of.replace(tzinfo=dt.timezone.utc)
-        return as_of
+        return None if as_of is None else aware(as_of)
     if isinstance(as_of, int) and not isinstance(as_of, bool):
         if as_of < 0:
             raise ValueError(f"as_of must be a table version >= 0 or a datetime, got {as_of}")

@@ -23,6 +23,7 @@ from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, interval_restored
 from .._storage import Root, one_line, require
+from .._time import UTC_MS
 from ._panics import engine_writes, quiet_panics
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ PARTITION = "date"
 #: listing ``fetched_at``, else the round's start.
 FETCHED_AT = "fetched_at"
 
-UTC_MS = pl.Datetime("ms", "UTC")
 
 #: The raw table: one row a response body (`Frames.bodies`), with the round's start.
 RAW_SCHEMA: Dict[str, pl.DataType] = {"round_start": UTC_MS, **BODIES_SCHEMA}

@@ -15,11 +15,12 @@ from .._core import empty_frames
 from .._duration import positive_duration
 from .._names import unknown_name
 from .._storage import PathLike, Root
+from .._time import UTC_MS
 from ..history import open_for_reading, scan_table
 from ._asof import Moments, moments_of
 from ._labels import Horizon
 from ._markets import FETCH_COLUMNS, markets_fetches
-from ._membership import RULE, UNIVERSE_SCHEMA, UTC_MS, check_universe, member_rows
+from ._membership import RULE, UNIVERSE_SCHEMA, check_universe, member_rows
 
 #: The columns of `members`.
 MEMBERS_SCHEMA = {"at": UTC_MS, "token": pl.String(), "rank": pl.Int64()}
