@@ -262,7 +262,8 @@ def test_a_spooled_round_keeps_its_settings_and_one_of_earlier_versions_has_none
     import io
     import zipfile
 
-    from defilens.history._rounds import SETTINGS_KEY, Round
+    from defilens.history._round_info import SETTINGS_KEY
+    from defilens.history._rounds import Round
 
     empty = pl.DataFrame({"token": ["bitcoin"]})
     recorded = {"every_seconds": 900.0, "universe": "top 2", "ids": TOKENS}

@@ -104,6 +104,19 @@ def test_the_help_shows_the_library_defaults(capsys: pytest.CaptureFixture) -> N
     assert f"every {format_duration(COMPACT_EVERY)} as it goes" in _help(["collect"], capsys)
 
 
+def test_the_docstrings_show_the_history_defaults() -> None:
+    from defilens.history import collect, compact
+    from defilens.history._defaults import CHECKPOINT_INTERVAL, DEFAULT_TARGET_SIZE
+
+    compact_doc = re.sub(r"\s+", " ", compact.__doc__ or "")
+    assert f"(default {format_duration(DEFAULT_RETENTION)}, at least {format_duration(MIN_RETENTION)})" in compact_doc
+    assert f"(default {format_bytes(DEFAULT_MEMORY_BUDGET)};" in compact_doc
+    assert f"(default {format_bytes(DEFAULT_TARGET_SIZE)})" in compact_doc
+    collect_doc = re.sub(r"\s+", " ", collect.__doc__ or "")
+    assert f"every {CHECKPOINT_INTERVAL} rounds (a checkpoint interval)" in collect_doc
+    assert f"every {format_duration(COMPACT_EVERY)} instead" in collect_doc
+
+
 @pytest.mark.parametrize(("size", "shown"), [(1 << 30, "1GB"), (512 << 20, "512MB"), (3 << 40, "3TB"), (1500, "1500B")])
 def test_a_size_is_shown_as_it_is_read(size: int, shown: str) -> None:
     from defilens.history._compact import parse_bytes

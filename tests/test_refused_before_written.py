@@ -26,10 +26,11 @@ from s3_server import keys as _keys
 import defilens
 from defilens.history import TABLES
 from defilens.history._collect import new_collector_id
+from defilens.history._defaults import TABLE_PROPERTIES
 from defilens.history._root import root_of
 from defilens.history._rounds import Round, empty_table, round_of_fetch
 from defilens.history._spool import Spool
-from defilens.history._tables import PARTITION, TABLE_PROPERTIES, create, to_disk
+from defilens.history._tables import PARTITION, create, to_disk
 from defilens.testing import Sandbox
 
 UTC = dt.timezone.utc

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence, T
 import polars as pl
 
 from . import _core
-from ._storage import FORMATS, PathLike, check_format, check_writable, locate, write_file
+from ._storage import DELTA_LOG, FORMATS, PathLike, check_format, check_writable, locate, write_file
 
 __all__ = ["Frames", "FRAME_NAMES", "INTERVAL", "concat", "read"]
 
@@ -290,7 +290,7 @@ def read(path: PathLike, *, storage_options: Optional[Mapping[str, Any]] = None)
     if not frames:
         if root.is_local:
             folder = Path(root.url)
-            if any((folder / name / "_delta_log").is_dir() for name in FRAME_NAMES):
+            if any((folder / name / DELTA_LOG).is_dir() for name in FRAME_NAMES):
                 raise ValueError(
                     f"{text!r} is a history (Delta tables, written by collect): read it with "
                     f"defilens.scan({text!r}, 'indicators'); defilens.read reads a folder written by Frames.write"

@@ -44,6 +44,10 @@ INSTALL_HINT = 'pip install "deltalake>=1.6,<2" "obstore>=0.12,<1" (the history 
 #: Said when ``storage_options`` come with a local path (they configure an object store).
 OPTIONS_FOR_URLS_ONLY = "storage_options apply to object storage URLs such as s3://bucket/prefix, not to local paths"
 
+#: A Delta table's log, in its folder: what tells a history's table from a frame written by
+#: `Frames.write`.
+DELTA_LOG = "_delta_log"
+
 #: How long one request to object storage may take, and how long its retries may go on, unless
 #: the caller's ``storage_options`` say otherwise: an endpoint that accepts connections and
 #: never answers fails with an error in about two minutes instead of hanging.

@@ -7,9 +7,10 @@ Needs the history extra (``pip install deltalake obstore``); importing this
 package does not import them, so `import defilens` stays light.
 """
 
-from ._collect import DEFAULT_MAX_FAILED_ROUNDS, collect
-from ._compact import DEFAULT_RETENTION, compact
+from ._collect import collect
+from ._compact import compact
 from ._convert import convert
+from ._defaults import DEFAULT_MAX_FAILED_ROUNDS, DEFAULT_RETENTION
 from ._recording import read_recording
 from ._reparse import reparse, reparse_arrow, reparse_batch, spark_schema
 from ._scan import scan, versions
@@ -39,12 +40,12 @@ from ._tables import restore as restore
 # What the command line (`defilens._cli`) asks of the history, beside the user's API: a root
 # checked before any request, a collector id checked, the second Ctrl-C of a commit and the
 # commits it left in flight, and the figures its help and reports show. Not in __all__.
-from ._collect import COMPACT_EVERY as COMPACT_EVERY
 from ._collect import InterruptedCommit as InterruptedCommit
 from ._collect import prepare as prepare
-from ._compact import DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET
-from ._compact import MIN_RETENTION as MIN_RETENTION
 from ._compact import format_bytes as format_bytes
+from ._defaults import COMPACT_EVERY as COMPACT_EVERY
+from ._defaults import DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET
+from ._defaults import MIN_RETENTION as MIN_RETENTION
 from ._liveness import check_collector_id as check_collector_id
 from ._retained import megabytes as megabytes
 from ._tables import commits_in_flight as commits_in_flight

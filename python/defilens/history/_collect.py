@@ -34,6 +34,7 @@ from .._names import checked_keywords, token_list
 from .._progress import ProgressCallback, progress_callback
 from .._stack import stacklevel_outside
 from .._storage import PathLike, Root
+from ._defaults import COMPACT_EVERY, DEFAULT_MAX_FAILED_ROUNDS
 from ._fence import Fence, TakenOver
 from ._info import INFO, new_changes
 from ._kept import KeptTables
@@ -62,12 +63,6 @@ class Source(Protocol):
 
     def fetch(self, token_ids: List[str], *, markets: bool, progress: Optional[bool]) -> "Frames": ...
 
-
-#: Rounds in a row in which every request failed before `collect` gives up (with the last error).
-DEFAULT_MAX_FAILED_ROUNDS = 3
-
-#: How often `collect(compact=True)` compacts the history as it goes.
-COMPACT_EVERY = dt.timedelta(hours=1)
 
 #: Failures that no later round can mend: the key is wrong or lacks permission.
 STOP_AT_ONCE = ("auth", "forbidden")
@@ -344,8 +339,8 @@ def collect(
     (``None``: until Ctrl-C) and returns the number of rounds committed. ``raw`` also keeps the
     response bodies in a ``raw`` table (`defilens.reparse` rebuilds the frames from it);
     Without ``compact`` the collector keeps its history healthy itself: it cleans the tables' logs
-    every 100 rounds and packs each closed day's small files once the day has closed (commits
-    stay flat over months); ``compact`` runs the whole `defilens.compact` every hour instead
+    every 100 rounds (a checkpoint interval) and packs each closed day's small files once the day has closed (commits
+    stay flat over months); ``compact`` runs the whole `defilens.compact` every 1h instead
     (today's files packed too, closed days sorted by token). ``progress`` draws a bar over the
     rounds (a round counter without ``count``); ``None`` draws it on a terminal or in a notebook. ``out`` may be an object storage URL
     (``s3://bucket/prefix``) with polars-style ``storage_options``.

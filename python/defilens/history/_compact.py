@@ -18,6 +18,7 @@ from .._duration import format_duration, parse_every
 from .._exceptions import HistoryError
 from .._storage import PathLike, Root, one_line, require
 from .._time import aware
+from ._defaults import DEFAULT_MEMORY_BUDGET, DEFAULT_RETENTION, DEFAULT_TARGET_SIZE, MIN_RETENTION, delta_interval
 from ._fence import ATTEMPTS, COMPACTION, epoch_of
 from ._layout import DELTA_LOG, SORTED, State, states
 from ._lock import Lease, LeaseLost, compaction_lock, took_over
@@ -26,17 +27,8 @@ from ._retained import kept_for_time_travel
 from ._root import require_history, root_of
 from ._tables import PARTITION, RAW, TABLES, check_ours, load
 
-#: How long time travel reaches back unless the caller says otherwise.
-DEFAULT_RETENTION = dt.timedelta(days=7)
-#: The shortest retention accepted: vacuum must never delete a file a collector is still
-#: committing (a commit takes seconds; an hour leaves room for a slow object store).
-MIN_RETENTION = dt.timedelta(hours=1)
 #: A day is closed (no round of a running collect lands in it any more) this long after it ends.
 CLOSED_AFTER = dt.timedelta(hours=1)
-#: The memory z-order may use before it spills to disk, unless the caller says otherwise.
-DEFAULT_MEMORY_BUDGET = 1 << 30
-#: Small files are packed into files of about this size.
-DEFAULT_TARGET_SIZE = 128 << 20
 
 
 def _before_commit(step: str, table: str) -> None:
@@ -114,14 +106,16 @@ def compact(
     grows at first).
 
     1. optimize: each partition's small files (a round is one file a table) are packed into files
-       of about ``target_size``, partitions side by side on every core; today's partition too.
-    2. sort: each closed day (ended over an hour ago, UTC) not sorted yet is z-ordered by token,
-       spilling to disk past ``memory_budget`` (``sort=False`` skips it): one token's query then
-       reads a fraction of the files.
+       of about ``target_size`` (default 128MB), partitions side by side on every core; today's
+       partition too.
+    2. sort: each closed day (ended over an hour ago, UTC) not sorted yet, in a table that holds
+       more than `SORT_FROM_ROWS` rows that day, is z-ordered by token, spilling to disk past
+       ``memory_budget`` (default 1GB; ``sort=False`` skips it): one token's query then reads a
+       fraction of the files. Smaller days are not sorted: the sort would cost more than it saves.
     3. a checkpoint, and log entries older than ``retention`` are cleaned up.
     4. vacuum: files that no version within ``retention`` refers to are deleted.
 
-    ``retention`` (default a week, at least an hour) is how far `scan(..., as_of=...)` reaches
+    ``retention`` (default 7d, at least 1h) is how far `scan(..., as_of=...)` reaches
     back afterwards. Safe at any moment, also while collectors append to the same partitions:
     rows are never lost or doubled, and an interrupted compaction leaves the tables as they were.
     ``now`` (default: the wall clock) decides which days are closed. One compaction of a history
@@ -383,7 +377,7 @@ def last_checkpoint(root: Root, name: str) -> Optional[int]:
     """The version of the table's newest checkpoint (its log's ``_last_checkpoint``), or None."""
     obstore = require("obstore")
     try:
-        hint = json.loads(bytes(obstore.get(root.store(), f"{name}/_delta_log/_last_checkpoint").bytes()))
+        hint = json.loads(bytes(obstore.get(root.store(), f"{name}/{DELTA_LOG}/_last_checkpoint").bytes()))
         return int(hint["version"])
     except Exception:  # none yet, or unreadable: nothing is cleaned this time
         return None
@@ -416,12 +410,12 @@ def _log_retention(table: Any, retention: Optional[dt.timedelta]) -> Dict[str, s
     """The table properties, where the table's differ, that make log cleanup and vacuum keep what
     time travel needs (``retention`` None: the table's own stays), and that leave log cleanup to
     compaction alone: delta-rs's own cleanup
-    after a collector's commit (each 100 commits) would go up to the newest checkpoint, under the
+    after a collector's commit (each checkpoint interval) would go up to the newest checkpoint, under the
     feet of collectors and readers still loading the one before."""
     properties = table.metadata().configuration
     changes = {}
     seconds = None if retention is None else int(retention.total_seconds())
-    wanted = f"interval {seconds // 3600} hours" if seconds and seconds % 3600 == 0 else f"interval {seconds} seconds"
+    wanted = delta_interval(dt.timedelta(seconds=seconds or 0))
     if seconds is not None and _seconds(properties.get("delta.logRetentionDuration")) != seconds:
         changes = {
             key: wanted

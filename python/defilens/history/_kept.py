@@ -29,7 +29,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from .._storage import Root, require
-from ._layout import ready
+from ._defaults import CHECKPOINT_INTERVAL
+from ._layout import DELTA_LOG, ready
 from ._tables import check_ours
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 #: How many versions a kept table is brought forward before it is loaded from scratch again
 #: (from the newest checkpoint): the tables' checkpoint interval.
-RELOAD_AFTER = 100
+RELOAD_AFTER = CHECKPOINT_INTERVAL
 
 
 #: How many tables a process keeps loaded for reading (the least recently read goes first).
@@ -46,7 +47,7 @@ READ_KEPT = 64
 
 
 def _entry(name: str, version: int) -> str:
-    return f"{name}/_delta_log/{version:020d}.json"
+    return f"{name}/{DELTA_LOG}/{version:020d}.json"
 
 
 def _e_tag(store: Any, path: str) -> Optional[str]:

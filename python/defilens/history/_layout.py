@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .._exceptions import HistoryError
-from .._storage import Root, one_line, require
+from .._storage import DELTA_LOG, Root, one_line, require
 from ._tables import TABLES, check_ours, load
 
 if TYPE_CHECKING:
@@ -41,9 +41,6 @@ AUDIT_CACHE = "_audit/v2"
 #: The evaluations run on the history (`defilens.research`): a Delta table, one row an evaluation,
 #: so that a verdict can count the signals tried on the same data.
 JOURNAL = "_defilens/journal"
-
-#: A Delta table's log, in its folder.
-DELTA_LOG = "_delta_log"
 
 
 class State(enum.Enum):

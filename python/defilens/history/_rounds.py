@@ -20,13 +20,8 @@ import polars as pl
 from .. import _core
 from .._frames import Frames
 from .._time import UTC_MS
+from ._round_info import RoundInfo
 from ._tables import FETCHED_AT, PARTITION, RAW, frame_schema
-
-#: The key of a round's commit info that holds the collector's settings, as JSON (read back by
-#: `defilens.history.settings`).
-SETTINGS_KEY = "defilens.settings"
-#: The key of a round's commit info that holds what tells the round from any other (`Round.uid`).
-ROUND_ID_KEY = "defilens.round_id"
 
 
 @dataclass
@@ -62,29 +57,18 @@ class Round:
     @property
     def metadata(self) -> Dict[str, str]:
         """What each table's commit of this round records beside its app transaction."""
-        metadata = {
-            "defilens.collector": self.app_id,
-            "defilens.round": str(self.number),
-            "defilens.round_start": self.started.isoformat(),
-        }
-        if self.settings is not None:
-            metadata[SETTINGS_KEY] = json.dumps(self.settings, sort_keys=True)
-        if self.uid is not None:
-            metadata[ROUND_ID_KEY] = self.uid
-        return metadata
+        settings = None if self.settings is None else json.dumps(self.settings, sort_keys=True)
+        return RoundInfo(self.app_id, self.number, self.started, settings, self.uid).commit_info()
 
     def is_recorded_by(self, info: Mapping[str, Any]) -> bool:
         """Whether a commit's info (``DeltaTable.history``) is this round's commit: the same
         collector, number and uid (or start, where either has no uid)."""
-        if info.get("defilens.collector") != self.app_id or info.get("defilens.round") not in {
-            str(number) for number in self.numbers
-        }:
+        recorded = RoundInfo.of(info)
+        if recorded is None or recorded.collector != self.app_id or recorded.number not in self.numbers:
             return False
-        recorded = info.get(ROUND_ID_KEY)
-        if recorded is not None and self.uid is not None:
-            return bool(recorded == self.uid)
-        start = info.get("defilens.round_start")
-        return start is not None and dt.datetime.fromisoformat(str(start)) == self.started
+        if recorded.uid is not None and self.uid is not None:
+            return recorded.uid == self.uid
+        return recorded.start == self.started
 
     # -- the spool's format: one zip of two Parquet files and the round's metadata --------------
 

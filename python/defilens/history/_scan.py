@@ -30,6 +30,7 @@ from ._info import INFO, changes_in
 from ._kept import kept_for_reading
 from ._layout import DELTA_LOG, State, check_not_converting, convert_hint, state, states
 from ._root import require_history, root_of
+from ._round_info import RoundInfo
 from ._rounds import empty_table
 from ._tables import RAW, TABLES, check_ours, frame_schema, load, restore
 
@@ -453,7 +454,7 @@ def versions(
                 continue
             info = commit.info
             metrics = info.get("operationMetrics") or {}
-            start = info.get("defilens.round_start")
+            recorded = RoundInfo.of(info)
             rows.append(
                 {
                     "version": commit.version,
@@ -462,9 +463,9 @@ def versions(
                     "rows_added": _metric(metrics, "num_added_rows", "numOutputRows"),
                     "files_added": _metric(metrics, "num_added_files", "numFilesAdded"),
                     "files_removed": _metric(metrics, "num_removed_files", "numFilesRemoved"),
-                    "collector": info.get("defilens.collector"),
-                    "round": int(info["defilens.round"]) if info.get("defilens.round") is not None else None,
-                    "round_start": dt.datetime.fromisoformat(start) if start else None,
+                    "collector": recorded and recorded.collector,
+                    "round": recorded and recorded.number,
+                    "round_start": recorded and recorded.start,
                 }
             )
     return pl.DataFrame(rows, schema=VERSIONS_SCHEMA, orient="row")

@@ -20,7 +20,7 @@ import polars as pl
 from .._clock import Clock
 from .._core import __version__
 from .._storage import PathLike, Root
-from ._rounds import SETTINGS_KEY
+from ._round_info import RoundInfo
 from ._scan import commits, open_for_reading
 from ._tables import load
 
@@ -102,14 +102,15 @@ SETTINGS_SCHEMA: Dict[str, pl.DataType] = {
 def _rounds(info: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     rows = []
     for entry in info:
-        if entry.get("defilens.round") is None or not entry.get("defilens.round_start"):
+        recorded = RoundInfo.of(entry)
+        if recorded is None:
             continue
         rows.append(
             {
-                "collector": entry.get("defilens.collector"),
-                "round": int(entry["defilens.round"]),
-                "start": dt.datetime.fromisoformat(entry["defilens.round_start"]),
-                "settings": entry.get(SETTINGS_KEY),
+                "collector": recorded.collector,
+                "round": recorded.number,
+                "start": recorded.start,
+                "settings": recorded.settings,
             }
         )
     return rows

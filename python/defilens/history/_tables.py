@@ -9,7 +9,6 @@ table is read, so `scan` gives the frames' own dtypes back.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import threading
@@ -22,9 +21,11 @@ from .. import _waiting
 from .._core import FRAME_NAMES, backoff_seconds, empty_frames
 from .._exceptions import HistoryError
 from .._frames import BODIES_SCHEMA, interval_restored
-from .._storage import Root, one_line, require
+from .._storage import DELTA_LOG, Root, one_line, require
 from .._time import UTC_MS
+from ._defaults import TABLE_PROPERTIES
 from ._panics import engine_writes, quiet_panics
+from ._round_info import RoundInfo
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -43,15 +44,6 @@ FETCHED_AT = "fetched_at"
 #: The raw table: one row a response body (`Frames.bodies`), with the round's start.
 RAW_SCHEMA: Dict[str, pl.DataType] = {"round_start": UTC_MS, **BODIES_SCHEMA}
 
-#: Set when a table is created. Time travel reaches back as far as both retentions (a week by
-#: default, `compact(retention=...)` changes what compaction removes); the log's own retention
-#: keeps commit latency flat (delta-rs lists the whole log otherwise: latency doubled past
-#: 3,000 entries in a trial) and checkpoints every 100 commits keep a snapshot's load short.
-TABLE_PROPERTIES = {
-    "delta.logRetentionDuration": "interval 7 days",
-    "delta.deletedFileRetentionDuration": "interval 7 days",
-    "delta.checkpointInterval": "100",
-}
 
 #: What marks a table as one of a defilens history: its Delta name, ``defilens.<table>``, set
 #: when it is created (and kept by every later commit, compaction and checkpoint). Not a table
@@ -185,7 +177,7 @@ def append_table(root: Root, name: str, frame: pl.DataFrame, *, merge_schema: bo
 def _vanished(error: BaseException) -> bool:
     """Whether ``error`` says a log entry or checkpoint the snapshot listed is gone (log cleanup)."""
     text = str(error)
-    return "_delta_log" in text and "not found" in text.lower()
+    return DELTA_LOG in text and "not found" in text.lower()
 
 
 def _types(schema: Any) -> Dict[str, Any]:
@@ -298,20 +290,20 @@ class NumberTaken(HistoryError):
 def _already_there(table: "DeltaTable", app_id: str, done: int, round_: Recorded) -> Optional[bool]:
     """Whether the table's log records ``round_`` itself (True), another round under its number
     (False), or cannot tell, the commits of that time being cleaned from the log (None)."""
-    wanted = {str(number) for number in round_.numbers if number <= done}
+    wanted = {number for number in round_.numbers if number <= done}
     lowest = min(round_.numbers)
     reaches_back = False
     for info in sorted(table.history(), key=lambda entry: -int(entry.get("version", 0))):
         if int(info.get("version", 0)) == 0:
             reaches_back = True  # the whole log, from the table's creation
-        if info.get("defilens.collector") != app_id:
+        recorded = RoundInfo.of(info)
+        if recorded is None or recorded.collector != app_id:
             continue
-        if info.get("defilens.round") in wanted and round_.is_recorded_by(info):
+        if recorded.number in wanted and round_.is_recorded_by(info):
             return True
-        with contextlib.suppress(TypeError, ValueError):
-            if int(str(info.get("defilens.round"))) < lowest:
-                reaches_back = True
-                break
+        if recorded.number < lowest:
+            reaches_back = True
+            break
     return False if reaches_back else None
 
 

@@ -11,11 +11,13 @@ from typing import Dict, Optional
 from .._exceptions import HistoryError
 from .._storage import Root, one_line, require
 from ._compact import CLOSED_AFTER, clean_log_behind, last_checkpoint, pack_closed_days
+from ._defaults import CHECKPOINT_INTERVAL
 from ._lock import Busy
 from ._tables import TABLES
 
-#: Every how many rounds a collector cleans its tables' logs (`LogKeeper`).
-TIDY_EVERY = 100
+#: Every how many rounds a collector cleans its tables' logs (`LogKeeper`): once a checkpoint
+#: interval, so each cleanup has a newer checkpoint to clean behind.
+TIDY_EVERY = CHECKPOINT_INTERVAL
 #: Rounds a collector waits before it tries packing again after a compaction held the lock.
 PACK_RETRY_ROUNDS = 10
 
