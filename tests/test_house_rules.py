@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Set
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / ".ci" / "check-dependencies"
@@ -116,6 +118,101 @@ def test_every_folder_has_its_row_in_the_map() -> None:
     assert not missing, f"ARCHITECTURE.md has no row for {', '.join(missing)}"
 
 
+def _dependency_checker() -> types.ModuleType:
+    """`.ci/check-dependencies` as a module, reading this checkout: the map is held to the same
+    import graph the dependency rules are checked on."""
+    loader = importlib.machinery.SourceFileLoader("check_dependencies", str(CHECK))
+    module = types.ModuleType(loader.name)
+    argv, sys.argv = sys.argv, [str(CHECK), str(ROOT)]
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.argv = argv
+    return module
+
+
+def modules_as_mapped() -> Dict[str, Dict[str, Set[str]]]:
+    """Folder -> file -> what the file may use, as ARCHITECTURE.md's module lines must say it: a
+    Python module's imports of the package (a sibling by its bare name, anything else by its
+    dotted name, ``defilens.`` in a subpackage), a Rust file's rooms outside its own (production code)."""
+    checker = _dependency_checker()
+    mapped: Dict[str, Dict[str, Set[str]]] = {}
+    package = ROOT / "python" / "defilens"
+    edges = checker.python_edges()
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        home = (name if path.name == "__init__.py" else name.rsplit(".", 1)[0]).removeprefix("defilens").lstrip(".")
+        shown = set()
+        for target in edges[name]:
+            relative = target.removeprefix("defilens.")
+            if home and relative.startswith(home + ".") and "." not in relative[len(home) + 1 :]:
+                shown.add(relative[len(home) + 1 :])
+            else:
+                shown.add(f"defilens.{relative}" if home else relative)
+        mapped.setdefault(str(path.parent.relative_to(ROOT)), {})[path.name] = shown
+    modules = checker.rust_modules()
+    rust_edges = checker.rust_edges(modules)
+    for path in sorted((ROOT / "src").rglob("*.rs")):
+        module = checker.module_of(path)
+        room = module.split("::")[0]
+        rooms = (
+            {target.split("::")[0] for target in rust_edges.get(module, ())}
+            if path.name not in checker.TEST_FILES
+            else set()
+        )
+        mapped.setdefault(str(path.parent.relative_to(ROOT)), {})[path.name] = rooms - {room, ""}
+    return mapped
+
+
+#: A module's line in ARCHITECTURE.md: "- `name.py`: what it holds. Imports `a`, `b`." (Rust:
+#: "Uses `model`.").
+MODULE_LINE = re.compile(r"^- `(?P<file>[\w.]+)`: (?P<what>.+?)(?: (?:Imports|Uses) (?P<names>`.+`)\.)?$")
+
+
+def modules_in_the_map(text: str) -> Dict[str, Dict[str, Set[str]]]:
+    found: Dict[str, Dict[str, Set[str]]] = {}
+    section = None
+    for line in text.splitlines():
+        heading = re.fullmatch(r"### `(?P<folder>[\w/]+)/`", line)
+        if heading:
+            section = found.setdefault(heading["folder"], {})
+        elif line.startswith("#"):
+            section = None
+        elif section is not None and line.startswith("- `"):
+            match = MODULE_LINE.match(line)
+            assert match, f"ARCHITECTURE.md: a module line not of the form '- `file`: what. Imports `a`.': {line}"
+            section[match["file"]] = set(re.findall(r"`([\w.]+)`", match["names"] or ""))
+    return found
+
+
+def test_every_module_has_its_line_in_the_map_with_what_it_imports() -> None:
+    """Each Rust file and Python module has one line under its folder's heading in ARCHITECTURE.md,
+    and the line names exactly what it imports (a map that says less, or more, fails here)."""
+    mapped = modules_in_the_map((ROOT / "ARCHITECTURE.md").read_text())
+    actual = modules_as_mapped()
+    problems = []
+    for folder, files in sorted(actual.items()):
+        listed = mapped.get(folder)
+        if listed is None:
+            problems.append(f"no heading ### `{folder}/`")
+            continue
+        for name, imports in sorted(files.items()):
+            if name not in listed:
+                problems.append(f"{folder}/{name}: no line")
+            elif listed[name] != imports:
+                problems.append(
+                    f"{folder}/{name}: the map says {sorted(listed[name])}, the code imports {sorted(imports)}"
+                )
+        problems += [
+            f"{folder}/{name}: a line for a file that does not exist" for name in sorted(set(listed) - set(files))
+        ]
+    problems += [
+        f"### `{folder}/`: a heading for a folder with no modules" for folder in sorted(set(mapped) - set(actual))
+    ]
+    assert not problems, "ARCHITECTURE.md's module map is out of date:\n" + "\n".join(problems)
+
+
 #: What a history root holds besides its tables, as the package's source may spell it.
 ROOT_LAYOUT_NAMES = re.compile(r"_spool\b|_defilens/|_audit/")
 
@@ -148,9 +245,6 @@ def test_what_a_root_holds_is_named_in_one_module() -> None:
 
 #: Where a subpackage's namespace imports its own private modules, the rest of the package may not.
 SUBPACKAGES = ("history", "research", "_cli")
-#: Private imports waiting for a public name: the audit command's candle intervals, which
-#: `defilens.research` (changed by issue 49 meanwhile) does not name in its namespace yet.
-WAITING = {"_cli/_audit.py: from ..research._scope import CANDLE_INTERVALS"}
 
 
 def _imported(path: Path, package: Path, node: ast.AST) -> "tuple[tuple[str, ...], List[str]]":
@@ -192,8 +286,7 @@ def test_every_module_imports_a_subpackage_by_its_public_names_only() -> None:
             if len(module) > 1 or any(name.startswith("_") for name in names):
                 shown = "." * node.level + (node.module or "") if isinstance(node, ast.ImportFrom) else ".".join(module)
                 private.append(f"{'/'.join(parts)}: from {shown} import {', '.join(names)}")
-    assert sorted(set(private) - WAITING) == [], private
-    assert set(private) >= WAITING, "a waiting private import is gone: drop it from WAITING"
+    assert private == [], private
 
 
 def test_commit_messages_keep_the_house_rules(tmp_path: Path) -> None:

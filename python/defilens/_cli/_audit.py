@@ -6,8 +6,7 @@ import argparse
 import sys
 from typing import Dict, List, Optional, Union
 
-from ..research import audit
-from ..research._scope import CANDLE_INTERVALS
+from ..research import CANDLE_INTERVALS, audit
 from ._arguments import EXIT_FAILURE, history_folder, storage_option, storage_options
 
 

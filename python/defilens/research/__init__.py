@@ -36,3 +36,7 @@ __all__ = [
     "members",
     "costs",
 ]
+
+# isort: split
+# What the command line (`defilens._cli`) reads beside the user's API (not in __all__).
+from ._scope import CANDLE_INTERVALS as CANDLE_INTERVALS
