@@ -4,7 +4,7 @@ repainted values, per token and interval, with a one-screen summary."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import polars as pl
 
@@ -12,7 +12,7 @@ from .._exceptions import HistoryError
 from .._storage import PathLike, Root
 from .._text import with_separators
 from ..history import history_cut, open_for_reading, scan_table
-from ._cadence import CADENCE_SCHEMA, Expect, cadence_of, describe, expectations, missed_closes
+from ._cadence import CADENCE_SCHEMA, Cadence, Expect, Rule, cadence_of, describe, expectations, missed_closes
 from ._day_summaries import day_summaries, gaps_of, step
 from ._panel import VALUE_COLUMNS, per_candle
 from ._scope import candle_times
@@ -140,17 +140,53 @@ def audit(
     of it (a year of 5-minute rounds for 200 tokens: a few minutes) and the next ones only the
     new days. ``progress`` shows a bar over the days to summarize (None: when there are many, in
     a notebook or a terminal)."""
+    _refuse_a_cut_history()
+    rules = expectations(expect)
+    root = open_for_reading(source, storage_options)
+    summaries = day_summaries(root, cache=cache, progress=progress)
+    tangled, plain = _tangled_and_plain(summaries["spans"])
+    coverage_parts = [_day_coverage(plain)]
+    revision_parts = [_day_revisions(summaries["candles"], plain, tangled)]
+    within = summaries["gaps"].drop("date").join(tangled, on=["token", "interval"], how="anti")
+    gap_parts = [_day_gaps(plain), within]
+    if tangled.height:
+        exact = _recomputed(root, tangled)
+        coverage_parts.append(exact[0])
+        gap_parts.append(exact[1])
+        revision_parts.append(exact[2])
+    stale = _stale_of(summaries["stale"])
+    failures = _failures_of(root)
+    cadence = cadence_of(root, summaries["fetches"], summaries["blind"])
+    coverage_found, gaps_found = _against_cadence(
+        cadence, rules, pl.concat(coverage_parts), pl.concat(gap_parts), stale
+    )
+    return Audit(
+        coverage_found.sort("token", "interval"),
+        gaps_found.sort("token", "interval", "gap_start"),
+        failures,
+        stale,
+        pl.concat(revision_parts).sort(*KEYS, "candle_close"),
+        cadence.runs,
+        describe(cadence.runs, rules),
+    )
+
+
+def _refuse_a_cut_history() -> None:
     if history_cut() is not None:
         raise HistoryError(
             "audit cannot run inside a look-ahead check: it reads its day summaries, which a cut history does not "
             "have; check the study's signals (scan, panel, asof), not its audit"
         )
-    rules = expectations(expect)
-    root = open_for_reading(source, storage_options)
-    summaries = day_summaries(root, cache=cache, progress=progress)
-    spans = summaries["spans"].lazy().with_columns(step().alias("_step"))
-    ordered = spans.sort("token", "interval", "first", "last").with_columns(
-        pl.col("last").cum_max().shift(1).over("token", "interval").alias("_before")
+
+
+def _tangled_and_plain(spans: pl.DataFrame) -> "tuple[pl.DataFrame, pl.LazyFrame]":
+    """The (token, interval) pairs whose days cannot be stitched, and the spans of the others,
+    each with ``_step`` and ``_before`` (the last close of the days before it)."""
+    ordered = (
+        spans.lazy()
+        .with_columns(step().alias("_step"))
+        .sort("token", "interval", "first", "last")
+        .with_columns(pl.col("last").cum_max().shift(1).over("token", "interval").alias("_before"))
     )
     # The spans of two days share one close where a candle spans midnight (a 1w candle: every
     # day of its week): the last of the one and the first of the other, whose candles both days
@@ -158,8 +194,13 @@ def audit(
     # before midnight and fetched after, a stale fetch of an old candle) is recomputed from its
     # rows instead.
     tangled = ordered.filter(pl.col("first") < pl.col("_before")).select("token", "interval").unique().collect()
-    plain = ordered.join(tangled.lazy(), on=["token", "interval"], how="anti")
-    coverage = (
+    return tangled, ordered.join(tangled.lazy(), on=["token", "interval"], how="anti")
+
+
+def _day_coverage(plain: pl.LazyFrame) -> pl.DataFrame:
+    """The coverage (`COVERAGE` and ``first``) of the stitched days, a close two days share
+    counted once."""
+    return (
         plain.group_by("token", "interval")
         .agg(
             pl.col("first").min(),
@@ -169,16 +210,26 @@ def audit(
         )
         .with_columns(_expected())
         .collect()
+        .select(*COVERAGE, "first")
     )
+
+
+def _day_gaps(plain: pl.LazyFrame) -> pl.DataFrame:
+    """The gaps between the stitched days (those within a day are in its summary)."""
     gaps = plain.rename({"_before": "_previous", "first": "updated_at"}).filter(
         (pl.col("updated_at") - pl.col("_previous")).dt.total_milliseconds() >= 2 * pl.col("_step")
     )
+    return gaps_of(gaps).collect()
+
+
+def _day_revisions(candles: pl.DataFrame, plain: pl.LazyFrame, tangled: pl.DataFrame) -> pl.DataFrame:
+    """The repainted candles of the stitched days, from the days' candles: their values on every
+    day, and one shared close once."""
     shared = plain.filter(pl.col("first") == pl.col("_before")).select(
         "token", "interval", pl.col("first").alias("updated_at")
     )
-    candles = (
-        summaries["candles"]
-        .lazy()
+    return (
+        candles.lazy()
         .join(tangled.lazy(), on=["token", "interval"], how="anti")
         .join(
             shared.unique().with_columns(pl.lit(True).alias("_shared")),
@@ -201,22 +252,18 @@ def audit(
         .select(*KEYS, *VALUE_COLUMNS)
         .collect()
     )
-    within = summaries["gaps"].drop("date").join(tangled, on=["token", "interval"], how="anti")
-    coverage_parts = [coverage.select(*COVERAGE, "first")]
-    gap_parts = [gaps_of(gaps).collect(), within]
-    revision_parts = [candles]
-    if tangled.height:
-        exact = _recomputed(root, tangled)
-        coverage_parts.append(exact[0])
-        gap_parts.append(exact[1])
-        revision_parts.append(exact[2])
-    stale = (
-        summaries["stale"]
-        .select("token", "interval", "fetched_at", "updated_at")
+
+
+def _stale_of(stale: pl.DataFrame) -> pl.DataFrame:
+    return (
+        stale.select("token", "interval", "fetched_at", "updated_at")
         .with_columns((pl.col("fetched_at") - pl.col("updated_at")).alias("behind"))
         .sort("token", "interval", "fetched_at")
     )
-    failures = (
+
+
+def _failures_of(root: Root) -> pl.DataFrame:
+    return (
         scan_table(root, "log")
         .filter(~pl.col("ok"))
         .group_by("token", "endpoint", "kind")
@@ -224,36 +271,31 @@ def audit(
         .sort("rounds", "token", descending=[True, False])
         .collect()
     )
-    cadence = cadence_of(root, summaries["fetches"], summaries["blind"])
-    counted = pl.concat(coverage_parts)
-    unseen = pl.concat(gap_parts)
+
+
+def _against_cadence(
+    cadence: Cadence, rules: Dict[str, Rule], counted: pl.DataFrame, unseen: pl.DataFrame, stale: pl.DataFrame
+) -> "tuple[pl.DataFrame, pl.DataFrame]":
+    """The coverage with `CADENCE_COLUMNS`, and the gaps of the closes the cadence could see."""
     missed = missed_closes(
         cadence, rules, counted.select("token", "interval", "first", step().alias("_step")), unseen, stale
     )
     per_pair = missed.group_by("token", "interval").agg(pl.col("missed").sum().alias("_missed"))
-    coverage_found = (
+    coverage = (
         counted.join(per_pair, on=["token", "interval"], how="left")
         .with_columns(pl.col("_missed").fill_null(0).cast(pl.Int64).alias("missed"))
         .with_columns((pl.col("seen") + pl.col("missed")).alias("observable"))
         .with_columns((pl.col("expected") - pl.col("observable")).alias("unobservable"))
         .select(*COVERAGE, *CADENCE_COLUMNS)
     )
-    gaps_found = missed.select(
+    gaps = missed.select(
         "token",
         "interval",
         pl.col("first_missed").alias("gap_start"),
         pl.col("last_missed").alias("gap_end"),
         pl.col("missed").alias("missing"),
     )
-    return Audit(
-        coverage_found.sort("token", "interval"),
-        gaps_found.sort("token", "interval", "gap_start"),
-        failures,
-        stale,
-        pl.concat(revision_parts).sort(*KEYS, "candle_close"),
-        cadence.runs,
-        describe(cadence.runs, rules),
-    )
+    return coverage, gaps
 
 
 COVERAGE = ["token", "interval", "expected", "seen", "missing"]

@@ -414,6 +414,23 @@ def evaluate(
     warning counts the decisions left out, an error if none is left. Ties share a quantile
     (average ranks), so nothing depends on the rows' order.
     """
+    labels = _collected(labels)
+    kind = _kind_of(labels, signal, by)
+    _check_sizes(labels, quantiles, min_tokens)
+    net = _net_of(labels, notional)
+    if kind == "score" and episode_gap is not None:
+        raise ValueError(f"episodes group events: {signal!r} is a score (give a boolean signal, or no episode_gap)")
+    gap = episode_gap_of(episode_gap, spacing_of(labels[by])) if kind == "event" else None
+    rows, left = _usable(labels, signal, by, kind, net)
+    horizons = rows["horizon"].unique().sort().to_list()
+    evaluation = _evaluation(labels, rows, left, signal, kind, by, horizons, quantiles, min_tokens, gap, net)
+    if history is not None:
+        evaluation.tries = _recorded(history, storage_options, evaluation, labels, rows, by, horizons)
+    return evaluation
+
+
+def _collected(labels: Any) -> pl.DataFrame:
+    """``labels`` as a DataFrame (a LazyFrame collected)."""
     if not isinstance(labels, pl.DataFrame):
         if isinstance(labels, pl.LazyFrame):
             labels = labels.collect()
@@ -421,6 +438,12 @@ def evaluate(
             raise TypeError(
                 f"labels must be a polars DataFrame (forward_returns gives one), got {type(labels).__name__}"
             )
+    return labels
+
+
+def _kind_of(labels: pl.DataFrame, signal: str, by: str) -> str:
+    """``"event"`` for a boolean ``signal``, ``"score"`` for a numeric one, once the columns an
+    evaluation reads are there."""
     needed = ["token", by, "horizon", "forward_return", signal]
     missing_columns = [c for c in needed if c not in labels.columns]
     if missing_columns:
@@ -430,17 +453,23 @@ def evaluate(
         )
     dtype = labels.schema[signal]
     if dtype == pl.Boolean:
-        kind = "event"
-    elif dtype.is_numeric():
-        kind = "score"
-    else:
-        raise TypeError(f"signal {signal!r} must be boolean (an event) or numeric (a score), got {dtype}")
+        return "event"
+    if dtype.is_numeric():
+        return "score"
+    raise TypeError(f"signal {signal!r} must be boolean (an event) or numeric (a score), got {dtype}")
+
+
+def _check_sizes(labels: pl.DataFrame, quantiles: int, min_tokens: int) -> None:
     if not isinstance(quantiles, int) or isinstance(quantiles, bool) or quantiles < 2:
         raise ValueError(f"quantiles must be an integer of 2 or more, got {quantiles!r}")
     if not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 2:
         raise ValueError(f"min_tokens must be an integer of 2 or more, got {min_tokens!r}")
     if labels.height == 0:
         raise ValueError("labels is empty: no decision to evaluate (an empty universe?)")
+
+
+def _net_of(labels: pl.DataFrame, notional: Optional[float]) -> Optional[Net]:
+    """The labels' trades priced at ``notional`` (or the labels' own), None for gross labels."""
     priced = has_costs(labels)
     if notional is not None and not priced:
         raise ValueError(
@@ -449,11 +478,14 @@ def evaluate(
         )
     if notional is not None:
         notional = notionals_of(notional)[0]
-    net = Net(labels, notional) if priced else None
-    if kind == "score" and episode_gap is not None:
-        raise ValueError(f"episodes group events: {signal!r} is a score (give a boolean signal, or no episode_gap)")
-    gap = episode_gap_of(episode_gap, spacing_of(labels[by])) if kind == "event" else None
+    return Net(labels, notional) if priced else None
 
+
+def _usable(
+    labels: pl.DataFrame, signal: str, by: str, kind: str, net: Optional[Net]
+) -> Tuple[pl.DataFrame, pl.DataFrame]:
+    """The labels evaluated, with their ``excess`` over the decision's mean (and the costs' drags
+    when priced), and the ones left out (``horizon``, ``reason``)."""
     value = pl.col(signal) if kind == "event" else pl.col(signal).cast(pl.Float64)
     reason = pl.col("missing") if "missing" in labels.columns else pl.lit(None, pl.String)
     why = (
@@ -474,9 +506,25 @@ def evaluate(
     )
     if net is not None:
         rows = net.with_drags(rows)
+    return rows, left
+
+
+def _evaluation(
+    labels: pl.DataFrame,
+    rows: pl.DataFrame,
+    left: pl.DataFrame,
+    signal: str,
+    kind: str,
+    by: str,
+    horizons: List[dt.timedelta],
+    quantiles: int,
+    min_tokens: int,
+    gap: Optional[dt.timedelta],
+    net: Optional[Net],
+) -> Evaluation:
+    """The tests of the signal's kind on the usable ``rows``, with what was ``left`` out."""
     series: Dict[dt.timedelta, Tuple[Series, float]] = {}
     spacing = spacing_of(rows[by])
-    horizons = rows["horizon"].unique().sort().to_list()
     if kind == "score":
         summary, ic, quantile_table, dropped = _scores(
             rows, signal, by, horizons, spacing, quantiles, min_tokens, net, series
@@ -488,7 +536,7 @@ def evaluate(
         ic = quantile_table = pl.DataFrame()
         dropped = pl.DataFrame(schema={"horizon": labels.schema["horizon"], "reason": pl.String})
     missing = _counts(pl.concat([left, dropped.cast(left.schema)]))  # type: ignore[arg-type]
-    evaluation = Evaluation(
+    return Evaluation(
         signal=signal,
         kind=kind,
         summary=summary,
@@ -507,23 +555,34 @@ def evaluate(
         costs=None if net is None else "fixed" if net.fixed else "markets",
         net=_curves(net, summary, series),
     )
-    if history is not None:
-        first = rows.filter(pl.col("horizon") == horizons[0])
-        evaluation.tries = record(
-            history,
-            storage_options,
-            {
-                "signal": signal,
-                "kind": kind,
-                "fingerprint": fingerprint(first, signal, by),
-                "horizons": ",".join(_horizon(h) for h in horizons),
-                "decisions": evaluation.decisions,
-                "tokens": evaluation.tokens,
-                "p_value": evaluation.p_value,
-                "universe": universe_of(labels),
-            },
-        )
-    return evaluation
+
+
+def _recorded(
+    history: PathLike,
+    storage_options: Optional[Mapping[str, Any]],
+    evaluation: Evaluation,
+    labels: pl.DataFrame,
+    rows: pl.DataFrame,
+    by: str,
+    horizons: List[dt.timedelta],
+) -> Optional[int]:
+    """Records the evaluation in the history's journal; the signals tried on it so far (None on a
+    history cut by the look-ahead check)."""
+    first = rows.filter(pl.col("horizon") == horizons[0])
+    return record(
+        history,
+        storage_options,
+        {
+            "signal": evaluation.signal,
+            "kind": evaluation.kind,
+            "fingerprint": fingerprint(first, evaluation.signal, by),
+            "horizons": ",".join(_horizon(h) for h in horizons),
+            "decisions": evaluation.decisions,
+            "tokens": evaluation.tokens,
+            "p_value": evaluation.p_value,
+            "universe": universe_of(labels),
+        },
+    )
 
 
 def _curves(
@@ -573,54 +632,10 @@ def _scores(
     net_series: Optional[Dict[dt.timedelta, Tuple[Series, float]]] = None,
 ) -> Tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     score = pl.col(signal).cast(pl.Float64)
-    per_decision = rows.group_by("horizon", by).agg(
-        pl.len().alias("tokens"),
-        (score.max() > score.min()).alias("varies"),
-        (pl.col("forward_return").max() > pl.col("forward_return").min()).alias("returns_vary"),
-        pl.corr(score.rank("average"), pl.col("forward_return").rank("average")).alias("ic"),
-    )
-    why = (
-        pl.when(pl.col("tokens") < min_tokens)
-        .then(pl.lit(FEW_TOKENS))
-        .when(~pl.col("varies"))
-        .then(pl.lit(SAME_SCORE))
-        .when(~pl.col("returns_vary"))
-        .then(pl.lit(SAME_RETURN))
-    )
-    per_decision = per_decision.with_columns(why.alias("reason"))
-    dropped = per_decision.filter(pl.col("reason").is_not_null())
-    ic = per_decision.filter(pl.col("reason").is_null()).select("horizon", by, "tokens", "ic").sort("horizon", by)
-    if ic.height == 0:
-        constant_scores = per_decision.filter(~pl.col("varies")).height
-        which = f"{signal!r} is" if constant_scores == per_decision.height else "the forward returns are"
-        raise ValueError(
-            f"no decision has an IC: {which} the same for every token at every decision, or fewer than {min_tokens} "
-            "tokens are labelled at each (an empty or tiny universe)"
-        )
-    if dropped.height:
-        constant = dropped.filter(pl.col("reason") != FEW_TOKENS).height
-        warnings.warn(
-            f"{dropped.height:,} of {per_decision.height:,} decision-horizons give no IC and are left out (see "
-            f".missing): {constant:,} with {signal!r} (or the returns) the same for every token, "
-            f"{dropped.height - constant:,} with fewer than {min_tokens} tokens labelled",
-            DefiLensWarning,
-            stacklevel=stacklevel_outside(),
-        )
+    per_decision = _per_decision(rows, score, by, min_tokens)
+    ic, dropped = _ics(per_decision, signal, by, min_tokens)
     ranked_rows = rows.join(ic.select("horizon", by), on=["horizon", by], how="semi")
-    # Average ranks: tied scores share a quantile, whatever the rows' order.
-    rank = score.rank("average").over("horizon", by)
-    bucket = (((rank - 0.5) * quantiles / pl.len().over("horizon", by)).floor().cast(pl.Int64) + 1).alias("quantile")
-    bucketed = ranked_rows.with_columns(bucket)
-    quantile_table = (
-        bucketed.group_by("horizon", "quantile")
-        .agg(
-            pl.len().alias("labels"),
-            pl.col("forward_return").mean().alias("mean_return"),
-            pl.col("excess").mean().alias("mean_excess"),
-            *([(pl.col("forward_return") - pl.col("_drag_long")).mean().alias("mean_net_return")] if net else []),
-        )
-        .sort("horizon", "quantile")
-    )
+    bucketed, quantile_table = _quantiled(ranked_rows, score, by, quantiles, net)
 
     def ranked(horizon: dt.timedelta) -> Dict[str, Any]:
         values = ic.filter(pl.col("horizon") == horizon)["ic"].to_list()
@@ -648,6 +663,72 @@ def _scores(
     summary = _by_horizon(horizons, ranked)
     lost = rows.join(dropped.select("horizon", by, "reason"), on=["horizon", by]).select("horizon", "reason")
     return summary, ic, quantile_table, lost
+
+
+def _per_decision(rows: pl.DataFrame, score: pl.Expr, by: str, min_tokens: int) -> pl.DataFrame:
+    """Per decision and horizon, its tokens, its rank IC, and the ``reason`` it has none (null
+    when it has)."""
+    per_decision = rows.group_by("horizon", by).agg(
+        pl.len().alias("tokens"),
+        (score.max() > score.min()).alias("varies"),
+        (pl.col("forward_return").max() > pl.col("forward_return").min()).alias("returns_vary"),
+        pl.corr(score.rank("average"), pl.col("forward_return").rank("average")).alias("ic"),
+    )
+    why = (
+        pl.when(pl.col("tokens") < min_tokens)
+        .then(pl.lit(FEW_TOKENS))
+        .when(~pl.col("varies"))
+        .then(pl.lit(SAME_SCORE))
+        .when(~pl.col("returns_vary"))
+        .then(pl.lit(SAME_RETURN))
+    )
+    return per_decision.with_columns(why.alias("reason"))
+
+
+def _ics(per_decision: pl.DataFrame, signal: str, by: str, min_tokens: int) -> Tuple[pl.DataFrame, pl.DataFrame]:
+    """The decisions with an IC (``horizon``, ``by``, ``tokens``, ``ic``) and those without; an
+    error when none has one, a warning counting those left out."""
+    dropped = per_decision.filter(pl.col("reason").is_not_null())
+    ic = per_decision.filter(pl.col("reason").is_null()).select("horizon", by, "tokens", "ic").sort("horizon", by)
+    if ic.height == 0:
+        constant_scores = per_decision.filter(~pl.col("varies")).height
+        which = f"{signal!r} is" if constant_scores == per_decision.height else "the forward returns are"
+        raise ValueError(
+            f"no decision has an IC: {which} the same for every token at every decision, or fewer than {min_tokens} "
+            "tokens are labelled at each (an empty or tiny universe)"
+        )
+    if dropped.height:
+        constant = dropped.filter(pl.col("reason") != FEW_TOKENS).height
+        warnings.warn(
+            f"{dropped.height:,} of {per_decision.height:,} decision-horizons give no IC and are left out (see "
+            f".missing): {constant:,} with {signal!r} (or the returns) the same for every token, "
+            f"{dropped.height - constant:,} with fewer than {min_tokens} tokens labelled",
+            DefiLensWarning,
+            stacklevel=stacklevel_outside(),
+        )
+    return ic, dropped
+
+
+def _quantiled(
+    ranked_rows: pl.DataFrame, score: pl.Expr, by: str, quantiles: int, net: Optional[Net]
+) -> Tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows with their score's ``quantile`` at their decision, and the mean returns per
+    horizon and quantile."""
+    # Average ranks: tied scores share a quantile, whatever the rows' order.
+    rank = score.rank("average").over("horizon", by)
+    bucket = (((rank - 0.5) * quantiles / pl.len().over("horizon", by)).floor().cast(pl.Int64) + 1).alias("quantile")
+    bucketed = ranked_rows.with_columns(bucket)
+    quantile_table = (
+        bucketed.group_by("horizon", "quantile")
+        .agg(
+            pl.len().alias("labels"),
+            pl.col("forward_return").mean().alias("mean_return"),
+            pl.col("excess").mean().alias("mean_excess"),
+            *([(pl.col("forward_return") - pl.col("_drag_long")).mean().alias("mean_net_return")] if net else []),
+        )
+        .sort("horizon", "quantile")
+    )
+    return bucketed, quantile_table
 
 
 def _events(

@@ -283,12 +283,43 @@ def forward_returns(
     """
     horizon_list = horizons_of(horizons)
     delay = None if entry_delay is None else positive_duration("entry_delay", entry_delay)
+    size, fixed = _trade_size(notional, costs)
+    frame = _signals_of(decisions, knowable, universe)
+    root = open_for_reading(source, storage_options)
+    tokens = frame["token"].unique().to_list()
+    fetches = fetches_of(root, tokens) if size is not None and fixed is None else None
+    prices = fetched_prices(root, tokens, price)
+    rounds = _token_rounds(root, prices, cadence, horizon_list)
+    _check_within_prices(frame[knowable].cast(UTC_MS), prices)
+    keyed = _keyed_by_decision(frame, knowable, delay)
+    entries = entries_of(keyed.select("_decision", "token", "_moment"), rounds, strict=delay is None)
+    exits = _exit_rounds(rounds)
+    labelled: List[pl.DataFrame] = []
+    for horizon in horizon_list:
+        one = _labels_at(entries, exits, horizon)
+        labelled.append(_with_path(one, rounds) if path else one)
+    out = _decisions_with_labels(keyed, pl.concat(labelled, how="diagonal_relaxed"), frame.columns, path)
+    if size is None and fixed is None:
+        return out
+    return _net_of_costs(out, fetches, size, fixed)
+
+
+def _trade_size(
+    notional: Optional[float], costs: Optional[Union[str, float]]
+) -> "tuple[Optional[float], Optional[float]]":
+    """The one trade's size in USD and the fixed one-way cost (either None when not given)."""
     size = None if notional is None else notionals_of(notional)[0]
     if notional is not None and isinstance(notional, (list, tuple, pl.Series)):
         raise TypeError(
             "notional is one trade's size in USD here (evaluate(..., notional=) prices the labels at another)"
         )
-    fixed = fixed_cost_of(costs, size)
+    return size, fixed_cost_of(costs, size)
+
+
+def _signals_of(
+    decisions: Union[pl.DataFrame, pl.LazyFrame], knowable: str, universe: Optional[pl.DataFrame]
+) -> pl.DataFrame:
+    """``decisions`` checked and collected, kept to the ``universe``'s members when one is given."""
     frame = decisions.collect() if isinstance(decisions, pl.LazyFrame) else decisions
     if not isinstance(frame, pl.DataFrame):
         raise TypeError(f"decisions must be a polars DataFrame or LazyFrame, got {type(decisions).__name__}")
@@ -313,10 +344,14 @@ def forward_returns(
         raise ValueError("decisions is empty: there is nothing to label (an empty universe?)")
     if "horizon" in frame.columns or any(column in frame.columns for column in LABEL_COLUMNS[1:] + COST_COLUMNS):
         raise ValueError("decisions already has label columns (horizon, entry_at, ...): pass the signals, not labels")
-    root = open_for_reading(source, storage_options)
-    tokens = frame["token"].unique().to_list()
-    fetches = fetches_of(root, tokens) if size is not None and fixed is None else None
-    prices = fetched_prices(root, tokens, price)
+    return frame
+
+
+def _token_rounds(
+    root: Root, prices: pl.DataFrame, cadence: Optional[Horizon], horizon_list: List[dt.timedelta]
+) -> pl.DataFrame:
+    """The rounds the collectors made, per token (`Rounds.token_rounds`), once it is sure that
+    they can price every horizon."""
     made = rounds_made(root, prices, positive_duration("cadence", cadence) if cadence is not None else None)
     if made.rounds.height < 2:
         raise HistoryError("the history holds one round only: a forward return needs at least two")
@@ -327,74 +362,89 @@ def forward_returns(
             f"horizon {format_duration(short[0])} is shorter than the history's polling cadence "
             f"({format_duration(shortest)}): no round can price it; use horizons of {format_duration(shortest)} or more"  # type: ignore[arg-type]
         )
-    rounds = made.token_rounds
+    return made.token_rounds
+
+
+def _check_within_prices(times: pl.Series, prices: pl.DataFrame) -> None:
+    """Refuses decisions (their knowable ``times``) that all lie outside the span of ``prices``."""
     first, last = prices["fetched_at"].min(), prices["fetched_at"].max()
-    times = frame[knowable].cast(UTC_MS)
     earliest, latest = times.min(), times.max()
     if earliest is not None and (latest < first or earliest > last):  # type: ignore[operator]
         raise ValueError(
             f"the decisions ({earliest!s} to {latest!s}) lie outside the history's prices ({first!s} to {last!s})"
         )
 
+
+def _keyed_by_decision(frame: pl.DataFrame, knowable: str, delay: Optional[dt.timedelta]) -> pl.DataFrame:
+    """The decisions numbered (``_decision``, to put their labels back in their order), with
+    ``_knowable`` and ``_moment`` (knowable plus the entry delay), sorted by ``_moment``."""
     keyed = frame.with_row_index("_decision").with_columns(pl.col(knowable).cast(UTC_MS).alias("_knowable"))
     moment = pl.col("_knowable") + (pl.lit(delay) if delay is not None else pl.lit(dt.timedelta(0)))
-    keyed = keyed.with_columns(moment.alias("_moment")).sort("_moment")
-    entries = entries_of(keyed.select("_decision", "token", "_moment"), rounds, strict=delay is None)
-    exits = rounds.select(
+    return keyed.with_columns(moment.alias("_moment")).sort("_moment")
+
+
+def _exit_rounds(rounds: pl.DataFrame) -> pl.DataFrame:
+    """The token rounds as candidate exits, sorted by their start."""
+    return rounds.select(
         "token",
         pl.col("start").alias("_exit_start"),
         pl.col("every").alias("_exit_every"),
         pl.col("fetched_at").alias("exit_at"),
         pl.col("price").alias("exit_price"),
     ).sort("_exit_start")
-    labelled: List[pl.DataFrame] = []
-    for horizon in horizon_list:
-        # The exit's round: the first that started at or after the entry round's start plus the
-        # horizon (less the few milliseconds a round's start may lag its tick).
-        on_time = pl.col("_entry_every") * ON_TIME
-        target = pl.col("_entry_start") + pl.lit(horizon)
-        one = (
-            entries.with_columns(pl.lit(horizon).alias("horizon"), target.alias("_target"))
-            .with_columns((pl.col("_target") - on_time).alias("_exit_from"))
-            .sort("_exit_from")
-            .join_asof(
-                exits,
-                left_on="_exit_from",
-                right_on="_exit_start",
-                by="token",
-                strategy="forward",
-                check_sortedness=False,  # sorted by _exit_from, and each token's rounds by start
-            )
+
+
+def _labels_at(entries: pl.DataFrame, exits: pl.DataFrame, horizon: dt.timedelta) -> pl.DataFrame:
+    """The entries with their exit round at ``horizon``, why a label is missing, and the forward
+    return where none is."""
+    # The exit's round: the first that started at or after the entry round's start plus the
+    # horizon (less the few milliseconds a round's start may lag its tick).
+    on_time = pl.col("_entry_every") * ON_TIME
+    target = pl.col("_entry_start") + pl.lit(horizon)
+    one = (
+        entries.with_columns(pl.lit(horizon).alias("horizon"), target.alias("_target"))
+        .with_columns((pl.col("_target") - on_time).alias("_exit_from"))
+        .sort("_exit_from")
+        .join_asof(
+            exits,
+            left_on="_exit_from",
+            right_on="_exit_start",
+            by="token",
+            strategy="forward",
+            check_sortedness=False,  # sorted by _exit_from, and each token's rounds by start
         )
-        paused = pl.col("_exit_start") - pl.col("_target") >= pl.col("_exit_every") - on_time
-        reason = (
-            pl.when(pl.col("_entry_missing").is_not_null())
-            .then(pl.col("_entry_missing"))
-            .when(pl.col("_entry_every") > pl.lit(horizon))
-            .then(pl.lit(SHORT_HORIZON))
-            .when(pl.col("_exit_start").is_null())
-            .then(pl.lit(PAST_END))
-            .when(paused | pl.col("exit_at").is_null())
-            .then(pl.lit(MISSING_EXIT))
-            .when(pl.col("exit_price").is_null())
-            .then(pl.lit(NO_PRICE))
-        )
-        one = one.with_columns(reason.alias("missing"))
-        valid = pl.col("missing").is_null()
-        one = one.with_columns(
-            *[pl.when(valid).then(pl.col(c)).alias(c) for c in ("entry_at", "entry_price", "exit_at", "exit_price")],
-            pl.when(valid).then(pl.col("exit_price") / pl.col("entry_price") - 1).alias("forward_return"),
-        )
-        if path:
-            one = _with_path(one, rounds)
-        labelled.append(one)
-    labels = pl.concat(labelled, how="diagonal_relaxed")
-    columns = LABEL_COLUMNS + (PATH_COLUMNS if path else [])
-    out = keyed.drop("_knowable", "_moment").join(labels.select("_decision", *columns), on="_decision", how="left")
-    out = out.sort("_decision", "horizon").drop("_decision").select(*[c for c in frame.columns], *columns)
-    if size is None and fixed is None:
-        return out
-    return _net_of_costs(out, fetches, size, fixed)
+    )
+    one = one.with_columns(_why_missing(horizon, on_time).alias("missing"))
+    valid = pl.col("missing").is_null()
+    return one.with_columns(
+        *[pl.when(valid).then(pl.col(c)).alias(c) for c in ("entry_at", "entry_price", "exit_at", "exit_price")],
+        pl.when(valid).then(pl.col("exit_price") / pl.col("entry_price") - 1).alias("forward_return"),
+    )
+
+
+def _why_missing(horizon: dt.timedelta, on_time: pl.Expr) -> pl.Expr:
+    """Why a label at ``horizon`` is null (null when it is not): the first reason that holds."""
+    paused = pl.col("_exit_start") - pl.col("_target") >= pl.col("_exit_every") - on_time
+    return (
+        pl.when(pl.col("_entry_missing").is_not_null())
+        .then(pl.col("_entry_missing"))
+        .when(pl.col("_entry_every") > pl.lit(horizon))
+        .then(pl.lit(SHORT_HORIZON))
+        .when(pl.col("_exit_start").is_null())
+        .then(pl.lit(PAST_END))
+        .when(paused | pl.col("exit_at").is_null())
+        .then(pl.lit(MISSING_EXIT))
+        .when(pl.col("exit_price").is_null())
+        .then(pl.lit(NO_PRICE))
+    )
+
+
+def _decisions_with_labels(keyed: pl.DataFrame, labels: pl.DataFrame, columns: List[str], path: bool) -> pl.DataFrame:
+    """Each decision's ``columns`` followed by its labels, one row per horizon, in the decisions'
+    order."""
+    added = LABEL_COLUMNS + (PATH_COLUMNS if path else [])
+    out = keyed.drop("_knowable", "_moment").join(labels.select("_decision", *added), on="_decision", how="left")
+    return out.sort("_decision", "horizon").drop("_decision").select(*columns, *added)
 
 
 def _net_of_costs(

@@ -4,7 +4,7 @@ vendor's?" answered row by row, with the warm-up sensitivity that is its usual c
 from __future__ import annotations
 
 import warnings
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import polars as pl
 
@@ -88,6 +88,20 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
     series (a history's rows, a panel) raise `ValueError`: each would be compared with the last
     candle.
     """
+    _check_indicators(indicators)
+    textual = indicators.schema["value"] in (pl.String, pl.Categorical)
+    families = TEXTS if textual else NUMBERS
+    candles = _check_candles(candles)
+    series: Dict[Tuple[str, str], pl.Series] = {
+        (token, interval): group["close"] for (token, interval), group in candles.group_by("token", "interval")
+    }
+    values = indicators.select("token", pl.col("interval").cast(pl.String), "indicator", "value")
+    rows, left_out, too_few = _compared(values, series, families, textual, tolerance)
+    _warn_left_out(values, candles, len(rows), left_out, too_few, families, textual)
+    return _verified(rows, textual)
+
+
+def _check_indicators(indicators: pl.DataFrame) -> None:
     for name in ("token", "interval", "indicator", "value"):
         if name not in indicators.columns:
             raise ValueError(f"indicators needs the columns token, interval, indicator, value; {name!r} is missing")
@@ -110,16 +124,20 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
             "compares one value a series with the last of the candles, so a history's or a panel's rows would all "
             f"be compared with that one candle; give one row a series, e.g. the latest: {latest}"
         )
-    textual = indicators.schema["value"] in (pl.String, pl.Categorical)
-    families = TEXTS if textual else NUMBERS
-    candles = _check_candles(candles)
-    series: Dict[Tuple[str, str], pl.Series] = {
-        (token, interval): group["close"] for (token, interval), group in candles.group_by("token", "interval")
-    }
+
+
+def _compared(
+    values: pl.DataFrame,
+    series: Dict[Tuple[str, str], pl.Series],
+    families: Dict[str, "_core._Recipe"],
+    textual: bool,
+    tolerance: float,
+) -> "tuple[List[tuple], Dict[str, int], Dict[str, int]]":
+    """A row per value recomputed from its closes (see `verify`), how many values were left out
+    and why, and per family the fewest closes that were too few to give a value."""
     rows = []
     left_out: Dict[str, int] = {"unknown": 0, "no candles": 0, "no value": 0}
     too_few: Dict[str, int] = {}
-    values = indicators.select("token", pl.col("interval").cast(pl.String), "indicator", "value")
     for token, interval, indicator, vendor in values.iter_rows():
         recipe = families.get(indicator)
         closes = series.get((token, interval))
@@ -148,7 +166,10 @@ def verify(indicators: pl.DataFrame, candles: pl.DataFrame, *, tolerance: float 
             diff = vendor - recomputed
             ok = abs(diff) <= tolerance * max(1.0, abs(recomputed))
             rows.append((token, interval, indicator, vendor, recomputed, diff, ok, *warmups))
-    _warn_left_out(values, candles, len(rows), left_out, too_few, families, textual)
+    return rows, left_out, too_few
+
+
+def _verified(rows: List[tuple], textual: bool) -> pl.DataFrame:
     kind = pl.String if textual else pl.Float64
     schema = {
         "token": pl.String,
