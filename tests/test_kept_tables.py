@@ -171,6 +171,29 @@ def test_a_reader_loads_a_table_once_until_something_is_committed_to_it(tmp_path
     assert lazy.collect().height == 2 * 2  # a table handed out stays at its version
 
 
+def test_an_eager_asof_reads_ta_updated_once(tmp_path: Path, monkeypatch) -> None:
+    """The clock check and the current candles share one read of ``ta_updated`` (the day's scoped
+    read spent a fifth of its time reading it twice), and the answer is the lazy plan's."""
+    from defilens.research import _asof, _panel
+
+    root = str(tmp_path / "h")
+    _collect(root, 3)
+    at = defilens.scan(root, "snapshot").select(pl.col("fetched_at").max()).collect().item()
+    scans: Counter = Counter()
+    original = _asof.scan_table
+
+    def counting(root, name, *args, **kwargs):
+        scans[name] += 1
+        return original(root, name, *args, **kwargs)
+
+    for module in (_asof, _panel):
+        monkeypatch.setattr(module, "scan_table", counting)
+    eager = defilens.asof(root, [at - dt.timedelta(hours=1), at], intervals="1h", indicators="rsi14")
+    assert scans == Counter({"ta_updated": 1, "indicators": 1}), scans
+    lazy = defilens.asof(root, [at - dt.timedelta(hours=1), at], intervals="1h", indicators="rsi14", lazy=True)
+    assert eager.height > 0 and eager.equals(lazy.collect().select(eager.columns).sort("at", "token", "interval"))
+
+
 def test_a_table_replaced_with_as_many_versions_is_loaded_again_by_a_reader(tmp_path: Path) -> None:
     root = tmp_path / "h"
     _collect(str(root), 1)
