@@ -73,3 +73,9 @@ def write_old_round(frames: defilens.Frames, folder: Path, started: dt.datetime,
         target = folder / name / f"date={date}"
         target.mkdir(parents=True, exist_ok=True)
         frame.write_parquet(target / f"{stamp}-r{number:06d}.parquet")
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP), as /proc says."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] == "T"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
-from history_checks import assert_whole_rounds
+from history_checks import assert_whole_rounds, stopped
 
 import defilens
 from defilens.history import _collect, _lease, _liveness
@@ -90,11 +90,6 @@ print("collected", flush=True)
 """
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def _start_stopping_collector(root: str, options: Options, lease: float) -> "subprocess.Popen[str]":
     child = subprocess.Popen(
         [sys.executable, "-c", STOPPING_COLLECTOR, root, json.dumps(options), str(lease)],
@@ -106,7 +101,7 @@ def _start_stopping_collector(root: str, options: Options, lease: float) -> "sub
     line = child.stdout.readline().strip()
     assert line == "stopping", (line, child.communicate(timeout=60))
     deadline = time.monotonic() + 30
-    while not _stopped(child.pid):
+    while not stopped(child.pid):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     return child

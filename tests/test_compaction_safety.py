@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 import pyarrow as pa
 import pytest
-from history_checks import assert_whole_rounds
+from history_checks import assert_whole_rounds, stopped
 from s3_server import client as _client
 
 import defilens
@@ -202,11 +202,6 @@ print("compacted", flush=True)
 """
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def _compact_when_free(root: str, options: Options, within: float = 90.0) -> "tuple[Dict[str, int], int]":
     """Compacts as soon as the lease lets it; returns the report and how often it was refused."""
     refused = 0
@@ -242,7 +237,7 @@ def test_a_compaction_stopped_past_its_lease_on_s3_commits_nothing_after_a_succe
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "stopping"
         deadline = time.monotonic() + 30
-        while not _stopped(child.pid):
+        while not stopped(child.pid):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         report, refused = _compact_when_free(root, s3)

@@ -42,6 +42,18 @@ def _collect(
         )
 
 
+def _replace_with_a_foreign_table(table: Path, kept: Path, versions: int) -> None:
+    """Moves ``table`` to ``kept`` and writes a foreign Delta table of ``versions`` versions there."""
+    table.rename(kept)
+    for day in range(versions):
+        write_deltalake(
+            str(table),
+            pl.DataFrame({"token": ["x"], PARTITION: [dt.date(2026, 1, 1 + day)], "price": [1.0]}),
+            partition_by=[PARTITION],
+            mode="append",
+        )
+
+
 @pytest.fixture
 def full_loads(monkeypatch) -> Counter:
     """How often each table was loaded from scratch for a round's commit."""
@@ -82,14 +94,7 @@ def test_a_table_replaced_by_a_longer_foreign_table_between_rounds_is_caught(tmp
 
     def replace(number: int) -> None:
         if number == 2:
-            (root / "snapshot").rename(tmp_path / "snapshot-kept")
-            for day in range(8):
-                write_deltalake(
-                    str(root / "snapshot"),
-                    pl.DataFrame({"token": ["x"], PARTITION: [dt.date(2026, 1, 1 + day)], "price": [1.0]}),
-                    partition_by=[PARTITION],
-                    mode="append",
-                )
+            _replace_with_a_foreign_table(root / "snapshot", tmp_path / "snapshot-kept", 8)
 
     with pytest.raises(defilens.HistoryError, match=r"not a defilens 'snapshot' table"):
         _collect(str(root), 4, replace)
@@ -199,13 +204,6 @@ def test_a_table_replaced_with_as_many_versions_is_loaded_again_by_a_reader(tmp_
     _collect(str(root), 1)
     assert defilens.scan(root, "snapshot").collect().height == 2
     versions = defilens.history.versions(root, "snapshot").height
-    (root / "snapshot").rename(tmp_path / "snapshot-kept")
-    for day in range(versions):
-        write_deltalake(
-            str(root / "snapshot"),
-            pl.DataFrame({"token": ["x"], PARTITION: [dt.date(2026, 1, 1 + day)], "price": [1.0]}),
-            partition_by=[PARTITION],
-            mode="append",
-        )
+    _replace_with_a_foreign_table(root / "snapshot", tmp_path / "snapshot-kept", versions)
     with pytest.raises(defilens.HistoryError, match=r"not a defilens 'snapshot' table"):
         defilens.scan(root, "snapshot")
