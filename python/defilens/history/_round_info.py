@@ -48,7 +48,7 @@ class RoundInfo:
         if number is None or not start:
             return None
         try:
-            read = cls(
+            return cls(
                 collector=None if info.get(_COLLECTOR_KEY) is None else str(info[_COLLECTOR_KEY]),
                 number=int(str(number)),
                 start=dt.datetime.fromisoformat(str(start)),
@@ -57,4 +57,3 @@ class RoundInfo:
             )
         except (TypeError, ValueError):
             return None
-        return read

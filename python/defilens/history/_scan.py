@@ -73,8 +73,10 @@ def history_cut() -> Optional[dt.datetime]:
 
 
 def _as_of(as_of: AsOf) -> "Union[dt.datetime, int, None]":
-    if as_of is None or isinstance(as_of, dt.datetime):
-        return None if as_of is None else aware(as_of)
+    if as_of is None:
+        return None
+    if isinstance(as_of, dt.datetime):
+        return aware(as_of)
     if isinstance(as_of, int) and not isinstance(as_of, bool):
         if as_of < 0:
             raise ValueError(f"as_of must be a table version >= 0 or a datetime, got {as_of}")

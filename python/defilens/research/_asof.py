@@ -112,18 +112,18 @@ def asof(
     _check_has(root, scope)
     latest = moments["at"].max()
     before = [pl.col("fetched_at") <= latest]
-    if scope.frame not in ("snapshot", "patterns") and not lazy:
-        # One read of ta_updated serves the clock check and the current candles (a day's scoped
-        # read spent 20-30 ms of its 0.1 s reading it a second time).
-        candles = _candles_seen(root, scope)
-        _check_clock(root, scope, moments, _spans_of(candles))
-        found = _values_asof_near(root, scope, moments, before, candles)
-        return found if universe is None else within(found, universe, "at")
-    _check_clock(root, scope, moments)
+    # An eager read of a candle frame reads ta_updated once for the clock check and the current
+    # candles (a day's scoped read spent 20-30 ms of its 0.1 s reading it a second time); a lazy
+    # plan reads it where the plan needs it.
+    candles = None if lazy or scope.frame == "snapshot" else _candles_seen(root, scope)
+    _check_clock(root, scope, moments, None if candles is None else _spans_of(candles))
     if scope.frame == "snapshot":
         plan = _snapshot_asof(root, scope, moments, before)
     elif scope.frame == "patterns":
-        plan = _patterns_asof(root, scope, moments, before)
+        plan = _patterns_asof(root, scope, moments, before, candles)
+    elif not lazy:
+        found = _values_asof_near(root, scope, moments, before, candles)
+        return found if universe is None else within(found, universe, "at")
     else:
         plan = _values_asof(root, scope, moments, before)
     answer = plan if lazy else _collect(plan)
@@ -313,9 +313,11 @@ def _collect(plan: pl.LazyFrame) -> pl.DataFrame:
         return plan.collect(engine="streaming")
 
 
-def _patterns_asof(root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr]) -> pl.LazyFrame:
+def _patterns_asof(
+    root: Any, scope: Scope, moments: pl.DataFrame, before: Iterable[pl.Expr], seen: Optional[pl.DataFrame] = None
+) -> pl.LazyFrame:
     series = ["token", "interval"]
-    current = _current_candles(root, scope, moments, before).select("at", *series, _CLOSE)
+    current = _current_candles(root, scope, moments, before, seen).select("at", *series, _CLOSE)
     patterns = panel_of(root, scope, list(before)).select(*scope.keys, _CLOSE, "candle_open", "first_seen_at")
     return (
         current.join(patterns, on=[*series, _CLOSE], how="inner")
